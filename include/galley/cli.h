@@ -1,0 +1,15 @@
+// cli.h: the `galley` commands. Each returns a GL_EXIT_* code.
+#ifndef GALLEY_CLI_H
+#define GALLEY_CLI_H
+
+#include <stdio.h>
+
+int cmd_train(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_help(int argc, char **argv);
+void cli_usage(FILE *out);
+// Help text for one command, or -1 if there is no such command.
+int cli_help_for(const char *command, FILE *out);
+
+#endif

@@ -1,0 +1,48 @@
+// graph.h: the model as a graph of layers built from recipe.model.layers. Each layer names its
+// inputs (default: the previous layer); shapes are inferred and checked at build time, memory
+// is planned first and carved from the run's arena afterwards.
+#ifndef GALLEY_GRAPH_H
+#define GALLEY_GRAPH_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "galley/arena.h"
+#include "galley/backend.h"
+#include "galley/layer.h"
+#include "galley/recipe.h"
+
+typedef struct {
+    int nlayers;
+    layer_t *layers;
+    gl_tensor input;    // the model input, [batch, input shape]
+    int64_t batch;      // batch capacity
+    int64_t nparams;    // total parameters
+    float *params, *grads;
+    size_t bytes;       // arena bytes graph_bind will take
+    int64_t flops;      // forward flops per sample
+    int64_t act_floats; // activation floats per sample (data + grad)
+    const gl_backend *be;
+    uint64_t seed;      // for per-step randomness in layers (dropout)
+    int64_t step;       // the optimizer step the next forward belongs to
+} gl_graph;
+
+// Builds layers from the recipe and infers shapes. On error prints
+// "FILE:LINE:COL: error: model.layers[i] (name): ..." to err and returns -1.
+int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be,
+                FILE *err);
+// Carves parameters, gradients and activations from the arena (g->bytes of it).
+void graph_bind(gl_graph *g, gl_arena *a);
+void graph_init_params(gl_graph *g, uint64_t seed);
+// Runs rows [0, n) of the batch through the model (g->step and g->seed reach the layers).
+void graph_forward(gl_graph *g, int64_t n, bool train);
+// Expects graph_output(g)->grad filled; zeroes and fills every other gradient.
+void graph_backward(gl_graph *g, int64_t n);
+gl_tensor *graph_output(gl_graph *g);
+// Index of the first layer whose output (rows [0,n)) holds a NaN or Inf, or -1.
+int graph_first_nonfinite(const gl_graph *g, int64_t n);
+// Table: layer, type, output shape, parameters, FLOPs per sample, activation memory.
+void graph_summary(const gl_graph *g, FILE *out);
+void graph_free(gl_graph *g);
+
+#endif

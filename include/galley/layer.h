@@ -1,0 +1,81 @@
+// layer.h: what a layer kind provides. A layer kind is one file under src/model/layers/ that
+// declares its recipe keys, infers its output shape, initialises its parameters and runs
+// forward and backward through the backend; layer_registry.c lists the kinds.
+#ifndef GALLEY_LAYER_H
+#define GALLEY_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "galley/backend.h"
+#include "galley/recipe.h"
+#include "galley/schema.h"
+#include "galley/tensor.h"
+
+#define GL_MAX_INPUTS GL_MAX_NAMES
+#define GL_MAX_PARAM_TENSORS 4
+
+typedef struct layer layer_t;
+
+// One named parameter tensor of a layer (e.g. "weight" [U, K]); a slice of the model's block.
+typedef struct {
+    const char *name;
+    gl_shape shape;
+    int64_t size;
+    int64_t offset;  // into the model's parameter block
+    int fan_in, fan_out;
+} gl_param;
+
+typedef struct layer_kind {
+    const char *name;
+    const char *doc;
+    const key_spec *keys;  // NULL-terminated; offsets are i * sizeof(gl_value)
+    int min_inputs, max_inputs;
+    // Sets l->out.shape, l->params[] (shapes, sizes), l->flops; returns 0, or -1 with a
+    // message in err that names the shapes (the caller adds the layer and its recipe line).
+    int (*infer)(layer_t *l, char *err, size_t errlen);
+    // Fills this layer's parameters (optional; default: zeros).
+    void (*init)(layer_t *l, float *params, uint64_t seed);
+    void (*forward)(layer_t *l, const gl_backend *be, int64_t n, bool train);
+    void (*backward)(layer_t *l, const gl_backend *be, int64_t n);
+} layer_kind;
+
+struct layer {
+    const layer_kind *kind;
+    const layer_cfg *cfg;
+    int index;
+    int nin;
+    gl_tensor *in[GL_MAX_INPUTS];
+    gl_tensor out;
+    int nparams;
+    gl_param params[GL_MAX_PARAM_TENSORS];
+    float *w, *dw;   // this layer's slice of the parameter and gradient blocks
+    int64_t flops;   // forward multiply-adds x 2 per sample
+
+    // Set by the graph before infer: the batch capacity (to size scratch).
+    int64_t batch;
+    // Sized by infer, carved by graph_bind from the arena:
+    int64_t state_floats;    // persistent non-trainable state (e.g. batch-norm running stats)
+    int64_t scratch_floats;  // per-step memory kept from forward to backward (e.g. im2col, argmax)
+    float *state, *scratch;
+    // Set by the graph before each forward: for per-step randomness (dropout) keyed by
+    // (seed, RNG_DROPOUT, step, index).
+    uint64_t seed;
+    int64_t step;
+};
+
+// Value of the layer's key named `key` (a bug if the kind has no such key).
+const gl_value *layer_key(const layer_t *l, const char *key);
+
+// Registry.
+const layer_kind *layer_kind_find(const char *name);
+int layer_kind_count(void);
+const layer_kind *layer_kind_at(int i);
+
+// Init helpers shared by kinds. Keys: uniform/normal x he/xavier, zeros.
+extern const char *const layer_init_choices[];
+void layer_init_param(const gl_param *p, int init_choice, float *dst, uint64_t seed, int layer_index,
+                      int param_index);
+
+#endif

@@ -1,0 +1,87 @@
+// recipe.h: a validated recipe. Load YAML, apply key=value overrides, check every key against
+// the schema (unknown, wrong type, out of range, missing), fill defaults, and report errors as
+// FILE:LINE:COL with the key path. A recipe is read-only once loaded.
+#ifndef GALLEY_RECIPE_H
+#define GALLEY_RECIPE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "galley/schema.h"
+#include "galley/ytree.h"
+
+struct layer_kind;
+
+#define GL_MAX_LAYER_KEYS 24
+
+// One entry of model.layers as written (with defaults filled).
+typedef struct {
+    const struct layer_kind *kind;
+    const char *name;   // given, or "<type><index>"
+    gl_names inputs;    // given; empty means "the previous layer" (or the model input)
+    gl_value v[GL_MAX_LAYER_KEYS];  // indexed like kind->keys
+    yt_mark mark;       // where the layer's mapping starts
+    int index;
+} layer_cfg;
+
+// Enum values, in the order of their choices tables in schema.c.
+enum { DATA_SOURCE_SYNTHETIC = 0 };
+enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS = 1 };
+enum { LOSS_SOFTMAX_XENT = 0 };
+enum { OPT_SGD = 0 };
+enum { METRIC_NONE = 0, METRIC_ACCURACY = 1, METRIC_LOSS = 2 };
+
+typedef struct {
+    const char *name;
+    int64_t seed;
+    struct {
+        int source;
+        struct {
+            int kind;
+            int64_t classes, features, train_size, val_size;
+            double noise;
+        } synthetic;
+    } data;
+    struct {
+        layer_cfg *layers;
+        int nlayers;
+    } model;
+    struct {
+        int64_t epochs, batch_size, threads;
+        int loss;
+        struct {
+            int metric;
+            double above, below;  // exactly one is set (the other NAN) when metric != none
+        } target;
+    } train;
+    struct {
+        int type;
+        double lr, momentum, weight_decay;
+        bool nesterov;
+    } optimizer;
+
+    // Provenance, not schema keys.
+    const char *file;
+    yt_doc *doc;      // keeps the strings above alive
+    yt_doc **odocs;   // parsed override values, alive as long as the recipe
+    int nodocs;
+} recipe_t;
+
+// The top-level schema (NULL-terminated) and the enum choices it uses.
+extern const key_spec recipe_schema[];
+
+// Loads FILE with overrides ("a.b.c=value"). Returns 0, or prints every error to err_out
+// (FILE:LINE:COL: error: PATH: message) and returns -1. The caller exits GL_EXIT_USAGE.
+int recipe_load(recipe_t *r, const char *file, int noverrides, char *const *overrides, FILE *err_out);
+void recipe_free(recipe_t *r);
+
+// Writes the resolved recipe as YAML, every default filled in; loading it gives the same recipe.
+void recipe_emit(const recipe_t *r, FILE *out);
+// Writes the Markdown recipe reference (the README's section between the reference markers).
+void recipe_emit_reference(FILE *out);
+
+// A 64-bit FNV-1a hash of the emitted recipe, to name and compare runs.
+uint64_t recipe_hash(const recipe_t *r);
+
+#endif

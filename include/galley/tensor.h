@@ -1,0 +1,29 @@
+// tensor.h: shapes and activation tensors. Layout is channels-first (NCHW / NCDHW): a
+// per-sample shape lists C, then the spatial dimensions; the batch dimension N comes first
+// in memory and is not part of gl_shape.
+#ifndef GALLEY_TENSOR_H
+#define GALLEY_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GL_MAX_DIMS 4  // C + up to 3 spatial dims
+
+typedef struct {
+    int ndim;
+    int64_t d[GL_MAX_DIMS];
+} gl_shape;
+
+typedef struct {
+    gl_shape shape;  // per sample
+    int64_t size;    // elements per sample
+    float *data;     // [N, size] for N up to the graph's batch capacity
+    float *grad;     // same layout; NULL where no gradient is needed (the model input)
+} gl_tensor;
+
+int64_t shape_size(const gl_shape *s);
+// "[3, 32, 32]"
+void shape_format(const gl_shape *s, char *buf, size_t len);
+gl_shape shape_1d(int64_t n);
+
+#endif

@@ -1,0 +1,26 @@
+// train.h: the training loop.
+#ifndef GALLEY_TRAIN_H
+#define GALLEY_TRAIN_H
+
+#include <stdio.h>
+
+#include "galley/graph.h"
+#include "galley/recipe.h"
+
+typedef struct {
+    double best_val_acc, last_val_acc, last_val_loss, last_train_loss;
+    int epochs_run;
+    int target_reached;  // 1 reached, 0 not reached, -1 no target
+    double seconds;
+} train_result;
+
+// Trains the recipe; progress to out, errors to err. Returns a GL_EXIT_* code.
+int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res);
+
+// Checks that the model's output fits the loss and the data (printed as FILE:LINE:COL errors).
+int train_check_model(const recipe_t *r, gl_graph *g, FILE *err);
+
+// Threads to use for train.threads (0 = the cores this process may run on).
+int train_threads(const recipe_t *r);
+
+#endif

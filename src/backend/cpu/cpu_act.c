@@ -1,0 +1,56 @@
+// cpu_act.c: element-wise activations and their derivatives.
+#include <math.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+// x, y are (n)
+void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y) {
+    switch (act) {
+    case ACT_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case ACT_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
+        break;
+    case ACT_TANH:
+        for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+        break;
+    case ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case ACT_GELU:
+        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));
+        break;
+    }
+}
+
+// x, dy, dx are (n); dx is accumulated
+void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+    switch (act) {
+    case ACT_RELU:
+        for (int64_t i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case ACT_LEAKY_RELU:
+        for (int64_t i = 0; i < n; i++) dx[i] += x[i] > 0.0f ? dy[i] : alpha * dy[i];
+        break;
+    case ACT_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float t = tanhf(x[i]);
+            dx[i] += dy[i] * (1.0f - t * t);
+        }
+        break;
+    case ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) {
+            float s = 1.0f / (1.0f + expf(-x[i]));
+            dx[i] += dy[i] * s * (1.0f - s);
+        }
+        break;
+    case ACT_GELU:
+        for (int64_t i = 0; i < n; i++) {
+            float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678f));
+            float pdf = 0.39894228f * expf(-0.5f * x[i] * x[i]);
+            dx[i] += dy[i] * (cdf + x[i] * pdf);
+        }
+        break;
+    }
+}

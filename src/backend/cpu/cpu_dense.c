@@ -1,0 +1,29 @@
+// cpu_dense.c: dense layer kernels on OpenBLAS sgemm.
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+// x is (N,K), w is (U,K), b is (U) or NULL, y is (N,U)
+void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y) {
+    if (b) {
+        for (int64_t i = 0; i < n; i++) memcpy(y + i * u, b, sizeof(float) * (size_t)u);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)u, (blasint)k, 1.0f, x, (blasint)k, w,
+                (blasint)k, b ? 1.0f : 0.0f, y, (blasint)u);
+}
+
+// x is (N,K), w is (U,K), dy is (N,U); dw (U,K) and db (U) are overwritten, dx (N,K) accumulated
+void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
+                        float *db, float *dx) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)u, (blasint)k, (blasint)n, 1.0f, dy, (blasint)u, x,
+                (blasint)k, 0.0f, dw, (blasint)k);
+    if (db) {
+        memset(db, 0, sizeof(float) * (size_t)u);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < u; j++) db[j] += dy[i * u + j];
+    }
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)k, (blasint)u, 1.0f, dy,
+                    (blasint)u, w, (blasint)k, 1.0f, dx, (blasint)k);
+}

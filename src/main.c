@@ -1,0 +1,30 @@
+// main.c: the `galley` command line: dispatch to one command per file under src/cli/.
+#include <stdio.h>
+#include <string.h>
+
+#include "galley/check.h"
+#include "galley/cli.h"
+
+#ifndef GALLEY_VERSION
+#define GALLEY_VERSION "0.1.0-dev"
+#endif
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        cli_usage(stderr);
+        return GL_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("galley %s\n", GALLEY_VERSION);
+        return GL_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return cmd_help(0, NULL);
+    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
+    fprintf(stderr, "galley: unknown command '%s'\n\n", cmd);
+    cli_usage(stderr);
+    return GL_EXIT_USAGE;
+}

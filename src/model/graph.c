@@ -1,0 +1,170 @@
+// graph.c: builds the layer graph from the recipe, infers and checks shapes, plans memory, and
+// runs forward (recipe order, which is topological) and backward (reverse order).
+#include "galley/graph.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "galley/check.h"
+
+static gl_tensor *find_tensor(gl_graph *g, int upto, const char *name) {
+    if (!strcmp(name, "input")) return &g->input;
+    for (int j = upto - 1; j >= 0; j--)
+        if (!strcmp(g->layers[j].cfg->name, name)) return &g->layers[j].out;
+    return NULL;
+}
+
+int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be, FILE *err) {
+    memset(g, 0, sizeof *g);
+    g->be = be;
+    g->batch = batch;
+    g->input.shape = input;
+    g->input.size = shape_size(&input);
+    g->nlayers = r->model.nlayers;
+    g->layers = gl_xcalloc((size_t)g->nlayers, sizeof(layer_t));
+    int64_t act = 0;
+    double extra = 0;  // layers' state and scratch, already sized for the batch
+    for (int i = 0; i < g->nlayers; i++) {
+        layer_t *l = &g->layers[i];
+        const layer_cfg *c = &r->model.layers[i];
+        l->kind = c->kind;
+        l->cfg = c;
+        l->index = i;
+        l->batch = batch;
+        if (c->inputs.n == 0) {
+            l->nin = 1;
+            l->in[0] = i ? &g->layers[i - 1].out : &g->input;
+        } else {
+            l->nin = c->inputs.n;
+            for (int j = 0; j < c->inputs.n; j++) {
+                l->in[j] = find_tensor(g, i, c->inputs.name[j]);
+                GL_CHECK(l->in[j], "recipe resolution should have rejected an unknown input name");
+            }
+        }
+        if (l->nin < c->kind->min_inputs || l->nin > c->kind->max_inputs) {
+            fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): a %s layer takes %d to %d inputs, got %d\n",
+                    c->mark.file, c->mark.line, c->mark.col, i, c->name, c->kind->name, c->kind->min_inputs,
+                    c->kind->max_inputs, l->nin);
+            return -1;
+        }
+        char msg[512] = "";
+        if (c->kind->infer(l, msg, sizeof msg) != 0) {
+            char ins[256] = "", one[64];
+            size_t k = 0;
+            for (int j = 0; j < l->nin; j++) {
+                shape_format(&l->in[j]->shape, one, sizeof one);
+                k += (size_t)snprintf(ins + k, sizeof ins - k, j ? ", %s" : "%s", one);
+            }
+            fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): %s (input shape %s)\n", c->mark.file, c->mark.line,
+                    c->mark.col, i, c->name, msg, ins);
+            return -1;
+        }
+        l->out.size = shape_size(&l->out.shape);
+        for (int p = 0; p < l->nparams; p++) {
+            l->params[p].offset = g->nparams;
+            g->nparams += l->params[p].size;
+        }
+        g->flops += l->flops;
+        act += 2 * l->out.size;  // data + grad
+        extra += (double)l->state_floats + (double)l->scratch_floats;
+    }
+    g->act_floats = act + g->input.size;
+    // Plan: params + grads, input, and every layer's output data + grad, for `batch` rows.
+    double floats = 2.0 * (double)g->nparams + (double)g->act_floats * (double)batch + extra;
+    g->bytes = (size_t)(floats * sizeof(float)) + (size_t)(4 * g->nlayers + 4) * GL_ARENA_ALIGN;
+    if (floats * sizeof(float) > 1e15) {
+        fprintf(err, "%s: error: the model needs %.3g bytes at batch %lld; reduce the batch or the model\n", r->file,
+                floats * sizeof(float), (long long)batch);
+        return -1;
+    }
+    return 0;
+}
+
+void graph_bind(gl_graph *g, gl_arena *a) {
+    g->params = arena_floats(a, g->nparams);
+    g->grads = arena_floats(a, g->nparams);
+    g->input.data = arena_floats(a, g->input.size * g->batch);
+    g->input.grad = NULL;  // nothing upstream of the data
+    for (int i = 0; i < g->nlayers; i++) {
+        layer_t *l = &g->layers[i];
+        l->out.data = arena_floats(a, l->out.size * g->batch);
+        l->out.grad = arena_floats(a, l->out.size * g->batch);
+        l->state = l->state_floats ? arena_floats(a, l->state_floats) : NULL;
+        l->scratch = l->scratch_floats ? arena_floats(a, l->scratch_floats) : NULL;
+        if (l->nparams) {
+            l->w = g->params + l->params[0].offset;
+            l->dw = g->grads + l->params[0].offset;
+        }
+    }
+}
+
+void graph_init_params(gl_graph *g, uint64_t seed) {
+    memset(g->params, 0, sizeof(float) * (size_t)g->nparams);
+    for (int i = 0; i < g->nlayers; i++)
+        if (g->layers[i].kind->init) g->layers[i].kind->init(&g->layers[i], g->params, seed);
+}
+
+void graph_forward(gl_graph *g, int64_t n, bool train) {
+    for (int i = 0; i < g->nlayers; i++) {
+        g->layers[i].seed = g->seed;
+        g->layers[i].step = g->step;
+        g->layers[i].kind->forward(&g->layers[i], g->be, n, train);
+    }
+}
+
+void graph_backward(gl_graph *g, int64_t n) {
+    // Gradients accumulate (a tensor may feed several layers), so clear all but the output's.
+    for (int i = 0; i < g->nlayers - 1; i++)
+        memset(g->layers[i].out.grad, 0, sizeof(float) * (size_t)(g->layers[i].out.size * n));
+    for (int i = g->nlayers - 1; i >= 0; i--) {
+        layer_t *l = &g->layers[i];
+        if (l->kind->backward) l->kind->backward(l, g->be, n);
+    }
+}
+
+gl_tensor *graph_output(gl_graph *g) { return &g->layers[g->nlayers - 1].out; }
+
+int graph_first_nonfinite(const gl_graph *g, int64_t n) {
+    for (int i = 0; i < g->nlayers; i++) {
+        const gl_tensor *t = &g->layers[i].out;
+        for (int64_t j = 0; j < t->size * n; j++)
+            if (!isfinite(t->data[j])) return i;
+    }
+    return -1;
+}
+
+static void human_bytes(double b, char *buf, size_t len) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    while (b >= 1024 && k < 4) b /= 1024, k++;
+    snprintf(buf, len, k ? "%.1f %s" : "%.0f %s", b, u[k]);
+}
+
+void graph_summary(const gl_graph *g, FILE *out) {
+    char shape[64], mem[32];
+    fprintf(out, "%-4s %-20s %-12s %-18s %12s %14s %12s\n", "#", "layer", "type", "output", "params",
+            "FLOPs/sample", "act/sample");
+    shape_format(&g->input.shape, shape, sizeof shape);
+    human_bytes((double)g->input.size * sizeof(float), mem, sizeof mem);
+    fprintf(out, "%-4s %-20s %-12s %-18s %12d %14d %12s\n", "-", "input", "-", shape, 0, 0, mem);
+    for (int i = 0; i < g->nlayers; i++) {
+        const layer_t *l = &g->layers[i];
+        int64_t np = 0;
+        for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
+        shape_format(&l->out.shape, shape, sizeof shape);
+        human_bytes((double)l->out.size * 2 * sizeof(float), mem, sizeof mem);
+        fprintf(out, "%-4d %-20.20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,
+                (long long)np, (long long)l->flops, mem);
+    }
+    char pm[32], am[32];
+    human_bytes((double)g->nparams * sizeof(float), pm, sizeof pm);
+    human_bytes((double)g->act_floats * sizeof(float) * (double)g->batch, am, sizeof am);
+    fprintf(out, "total: %lld parameters (%s), %.4g MFLOPs forward per sample, activations %s at batch %lld\n",
+            (long long)g->nparams, pm, (double)g->flops / 1e6, am, (long long)g->batch);
+}
+
+void graph_free(gl_graph *g) {
+    free(g->layers);
+    memset(g, 0, sizeof *g);
+}

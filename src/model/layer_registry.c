@@ -1,0 +1,56 @@
+// layer_registry.c: the list of layer kinds. Adding a layer is one file plus one line here.
+#include <math.h>
+#include <string.h>
+
+#include "galley/check.h"
+#include "galley/layer.h"
+#include "galley/rng.h"
+
+extern const layer_kind layer_dense;
+extern const layer_kind layer_relu, layer_leaky_relu, layer_tanh, layer_sigmoid, layer_gelu;
+
+static const layer_kind *const kinds[] = {
+    &layer_dense, &layer_relu, &layer_leaky_relu, &layer_tanh, &layer_sigmoid, &layer_gelu,
+};
+
+int layer_kind_count(void) { return (int)(sizeof kinds / sizeof kinds[0]); }
+const layer_kind *layer_kind_at(int i) { return kinds[i]; }
+
+const layer_kind *layer_kind_find(const char *name) {
+    for (int i = 0; i < layer_kind_count(); i++)
+        if (!strcmp(kinds[i]->name, name)) return kinds[i];
+    return NULL;
+}
+
+const gl_value *layer_key(const layer_t *l, const char *key) {
+    for (int j = 0; l->kind->keys && l->kind->keys[j].name; j++)
+        if (!strcmp(l->kind->keys[j].name, key)) return &l->cfg->v[j];
+    GL_CHECK(0, "layer_key: no such key in this layer kind");
+    return NULL;
+}
+
+enum { INIT_HE_NORMAL, INIT_HE_UNIFORM, INIT_XAVIER_NORMAL, INIT_XAVIER_UNIFORM, INIT_ZEROS };
+const char *const layer_init_choices[] = {"he_normal", "he_uniform", "xavier_normal", "xavier_uniform", "zeros",
+                                          NULL};
+
+void layer_init_param(const gl_param *p, int init, float *dst, uint64_t seed, int layer_index, int param_index) {
+    // Key: (seed, INIT, layer * 16 + param, element): independent of every other tensor.
+    uint64_t step = (uint64_t)layer_index * 16u + (uint64_t)param_index;
+    double fan_in = p->fan_in > 0 ? p->fan_in : 1, fan_avg = (p->fan_in + p->fan_out) / 2.0;
+    if (fan_avg <= 0) fan_avg = 1;
+    for (int64_t i = 0; i < p->size; i++) {
+        switch (init) {
+        case INIT_HE_NORMAL: dst[i] = (float)(sqrt(2.0 / fan_in) * rng_normal(seed, RNG_INIT, step, (uint64_t)i)); break;
+        case INIT_HE_UNIFORM:
+            dst[i] = (float)(sqrt(6.0 / fan_in) * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
+            break;
+        case INIT_XAVIER_NORMAL:
+            dst[i] = (float)(sqrt(1.0 / fan_avg) * rng_normal(seed, RNG_INIT, step, (uint64_t)i));
+            break;
+        case INIT_XAVIER_UNIFORM:
+            dst[i] = (float)(sqrt(3.0 / fan_avg) * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
+            break;
+        default: dst[i] = 0.0f; break;
+        }
+    }
+}
