@@ -21,7 +21,7 @@ JOBS=${GALLEY_JOBS:-$(nproc 2>/dev/null || echo 2)}
 PACKAGES=(
     build-essential cmake pkg-config
     libyaml-dev libhdf5-dev libaec-dev zlib1g-dev
-    libopenblas-dev gfortran
+    libopenblas-openmp-dev gfortran
     libopenmpi-dev openmpi-bin
     libcmocka-dev python3 file
 )

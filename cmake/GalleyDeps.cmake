@@ -42,10 +42,13 @@ galley_find_static(GALLEY_AEC_LIB libaec.a libaec-dev)
 galley_find_static(GALLEY_Z_LIB libz.a zlib1g-dev)
 
 # OpenBLAS, pthread flavour (headers and archive from the same flavour directory)
-galley_find_header(GALLEY_OPENBLAS_INCLUDE_DIR cblas.h libopenblas-dev
-    HINTS "/usr/include/${_galley_multiarch}/openblas-pthread" PATH_SUFFIXES openblas-pthread openblas)
-galley_find_static(GALLEY_OPENBLAS_LIB libopenblas.a libopenblas-dev
-    HINTS "/usr/lib/${_galley_multiarch}/openblas-pthread" PATH_SUFFIXES openblas-pthread)
+# The OpenMP build of OpenBLAS: its GEMM threads and galley's own OpenMP loops share one libgomp
+# pool. With the pthread build both pools spin for the same cores, which made a 2-core run
+# about 100x slower.
+galley_find_header(GALLEY_OPENBLAS_INCLUDE_DIR cblas.h libopenblas-openmp-dev
+    HINTS "/usr/include/${_galley_multiarch}/openblas-openmp" NO_DEFAULT_PATH)
+galley_find_static(GALLEY_OPENBLAS_LIB libopenblas.a libopenblas-openmp-dev
+    HINTS "/usr/lib/${_galley_multiarch}/openblas-openmp" NO_DEFAULT_PATH)
 
 # OpenBLAS's LAPACK part is Fortran: its runtime comes from the compiler's directory.
 function(galley_find_gcc_archive var file pkg)

@@ -19,19 +19,111 @@ typedef struct gl_backend {
     void (*act_forward)(gl_act act, float alpha, int64_t n, const float *x, float *y);
     // dx[i] += dy[i] * act'(x[i])
     void (*act_backward)(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
-    // Mean softmax cross-entropy over N rows of C logits; writes dlogits = (p - onehot) / N
-    // (dlogits may be NULL); returns the mean loss and the number of rows whose argmax == label.
-    double (*softmax_xent)(int64_t n, int64_t c, const float *logits, const int32_t *labels,
-                           float *dlogits, int64_t *correct);
+    // Softmax over C channels at each of S positions (S = 1 for classification, H*W for masks):
+    // logits (N,C,S), labels (N,S) in [0,C), weights (C) or NULL. Returns
+    // sum w[y] * nll / sum w[y] over all N*S positions (the mean when unweighted, as PyTorch's
+    // CrossEntropyLoss) and writes its gradient into dlogits (N,C,S) unless NULL.
+    double (*softmax_xent)(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
+                           const float *weights, float *dlogits);
+    // Mean squared (LOSS_MSE) or absolute (LOSS_L1) error over count elements; writes the
+    // gradient into dpred unless NULL.
+    double (*regression_loss)(int kind, int64_t count, const float *pred, const float *target, float *dpred);
     // Sets the number of threads kernels may use.
     void (*set_threads)(int threads);
 
     // ---- convolution family (conv, transposed conv): owned by src/backend/cpu/cpu_conv*.c ----
     // (begin conv region)
+    // Convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW] in `groups` groups (dividing C and F);
+    // a 2D map is D = OD = 1 with k[0] = s[0] = d[0] = 1, p[0] = 0. in, out are {D, H, W}; k, s,
+    // d, p the kernel, stride, dilation and padding before, per dimension (the padding after
+    // follows from the sizes). w is [F, C/groups, KD, KH, KW], b [F] or NULL (PyTorch's layout).
+    // scratch [scratch_floats] holds a chunk of samples' im2col columns, (C*KD*KH*KW + F) *
+    // OD*OH*OW floats per sample: at least one sample's, except for a 1x1x1 kernel with stride 1,
+    // no padding and out == in, which needs none.
+    void (*conv_forward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                         const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3],
+                         const float *x, const float *w, const float *b, float *y, float *scratch,
+                         int64_t scratch_floats);
+    // dw [F, C/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
+    void (*conv_backward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                          const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3],
+                          const float *x, const float *w, const float *dy, float *dw, float *db, float *dx,
+                          float *scratch, int64_t scratch_floats);
+    // Transposed convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW]: the input gradient of the
+    // convolution F -> C from {OD, OH, OW} to {D, H, W} with the same k, s, d, p (so y's size past
+    // that convolution's reach, PyTorch's output_padding, only gets the bias). w is
+    // [C, F/groups, KD, KH, KW], b [F] or NULL (PyTorch's ConvTranspose layout). scratch: (F*KD*KH*KW
+    // + C) * D*H*W floats per sample, as for that convolution.
+    void (*conv_transpose_forward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                   const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                   const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                   float *scratch, int64_t scratch_floats);
+    // dw [C, F/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
+    void (*conv_transpose_backward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                    const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+                                    float *db, float *dx, float *scratch, int64_t scratch_floats);
     // (end conv region)
 
     // ---- pooling, normalisation, shape and merge layers: src/backend/cpu/cpu_pool*.c, cpu_norm*.c ----
     // (begin pool-norm region)
+    // Pooling x[N, C, D, H, W] -> y[N, C, OD, OH, OW] (a 2D map is D = OD = 1 with k[0] = s[0] = 1,
+    // p[0] = 0). in, out are {D, H, W}; k, s, p the kernel, stride and padding per dimension.
+    // Output o's window covers o*s - p .. o*s - p + k - 1, clipped to the input (callers keep
+    // p <= k/2, so every window holds an input element).
+    // max: argmax[N, C, OD, OH, OW] gets the winner's index in its D*H*W plane, the first on ties.
+    void (*max_pool_forward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                             const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
+    // dx[argmax] += dy
+    void (*max_pool_backward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
+                              const int32_t *argmax, const float *dy, float *dx);
+    // avg: padding counts as zeros, the divisor is always k[0]*k[1]*k[2] (count_include_pad)
+    void (*avg_pool_forward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                             const int s[3], const int p[3], const float *x, float *y);
+    // dx += dy / (k[0]*k[1]*k[2]) over each window
+    void (*avg_pool_backward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                              const int s[3], const int p[3], const float *dy, float *dx);
+    // y[N, C] = mean of x[N, C, S] over S; backward: dx[N, C, S] += dy[N, C] / S
+    void (*global_avg_pool_forward)(int64_t n, int64_t c, int64_t s, const float *x, float *y);
+    void (*global_avg_pool_backward)(int64_t n, int64_t c, int64_t s, const float *dy, float *dx);
+    // Batch norm of x[N, C, S] per channel over (N, S); gamma, beta [C], or NULL without affine.
+    // running [2C + 1]: running mean [C], running var [C], and a flag that is 0 until the kernel
+    // first sets mean 0, var 1 (PyTorch's initial values; the arena starts zeroed).
+    // train: batch statistics (biased variance) normalise, and running = (1 - momentum) * running
+    // + momentum * batch with the unbiased variance, as PyTorch. Not train: running stats normalise.
+    // saved [2C + 1] receives what backward needs: mean [C], 1/sqrt(var + eps) [C], train (0/1).
+    void (*batch_norm_forward)(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
+                               const float *beta, float eps, int train, float momentum, float *running,
+                               float *saved, float *y);
+    // dgamma, dbeta [C] overwritten (only with gamma), dx accumulated (may be NULL). Batch
+    // statistics are differentiated through; running ones are constants.
+    void (*batch_norm_backward)(int64_t n, int64_t c, int64_t s, const float *x, const float *dy,
+                                const float *gamma, const float *saved, float *dgamma, float *dbeta, float *dx);
+    // Layer norm of each row of x[N, K] over its K elements; gamma, beta [K], or NULL without
+    // affine. saved [2N] receives each row's mean [N] and 1/sqrt(var + eps) [N].
+    void (*layer_norm_forward)(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta,
+                               float eps, float *saved, float *y);
+    // dgamma, dbeta [K] overwritten (only with gamma), dx [N, K] accumulated (may be NULL)
+    void (*layer_norm_backward)(int64_t n, int64_t k, const float *x, const float *dy, const float *gamma,
+                                const float *saved, float *dgamma, float *dbeta, float *dx);
+    // Inverted dropout over count elements: in training element i is dropped (mask 0) iff
+    // rng_uniform(seed, RNG_DROPOUT, step, base + i) < rate, else kept with mask 1/(1 - rate);
+    // not training, mask = 1. y = x * mask. Backward: dx += dy * mask.
+    void (*dropout_forward)(int64_t count, float rate, int train, uint64_t seed, uint64_t step, uint64_t base,
+                            const float *x, float *mask, float *y);
+    void (*dropout_backward)(int64_t count, const float *mask, const float *dy, float *dx);
+    // y[i] = a * x[i]
+    void (*scale)(int64_t count, float a, const float *x, float *y);
+    // y[i] += a * x[i]
+    void (*axpy)(int64_t count, float a, const float *x, float *y);
+    // dst[r * dst_stride + j] = src[r * src_stride + j] for r < rows, j < len (+= when accumulate)
+    void (*copy_rows)(int64_t rows, int64_t len, const float *src, int64_t src_stride, float *dst,
+                      int64_t dst_stride, int accumulate);
+    // Nearest upsampling x[N, C, D, H, W] -> y[N, C, D*f[0], H*f[1], W*f[2]]; in is {D, H, W}.
+    // Backward: dx += the sum of dy over each f[0] x f[1] x f[2] block.
+    void (*upsample_forward)(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *x, float *y);
+    void (*upsample_backward)(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy,
+                              float *dx);
     // (end pool-norm region)
 } gl_backend;
 

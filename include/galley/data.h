@@ -10,20 +10,34 @@
 
 enum { SPLIT_TRAIN = 0, SPLIT_VAL = 1 };
 
+// What a sample's target is.
+typedef enum {
+    TARGET_CLASS,   // one class label per sample: labels[n]
+    TARGET_MASK,    // one class label per pixel/voxel: labels[n, tsize], tshape = spatial dims
+    TARGET_VALUES,  // floats per sample (regression, field-to-field): values[n, tsize]
+} gl_target_kind;
+
 typedef struct {
-    int64_t n;        // samples
-    gl_shape shape;   // per-sample input shape
-    int64_t size;     // elements per sample
-    int64_t classes;
-    float *x;         // [n, size]
-    int32_t *y;       // [n] class labels
+    int64_t n;             // samples
+    gl_shape shape;        // per-sample input shape (channels first)
+    int64_t size;          // input elements per sample
+    gl_target_kind target;
+    gl_shape tshape;       // per-sample target shape: [1] for CLASS, spatial dims for MASK
+    int64_t tsize;         // target elements per sample
+    int64_t classes;       // CLASS, MASK: number of classes
+    float *x;              // [n, size]
+    int32_t *labels;       // CLASS, MASK: [n, tsize] in [0, classes)
+    float *values;         // VALUES: [n, tsize]
 } gl_dataset;
 
+// The shapes a recipe's data will have, without generating anything (for planning and checks).
+void data_describe(const recipe_t *r, gl_dataset *d);
 // Arena bytes data_synth_make needs for one split.
 size_t data_synth_bytes(const recipe_t *r, int split);
-// Generates a split of the recipe's synthetic data set; a pure function of (seed, split).
+// Generates a split of the recipe's synthetic data set; a pure function of (seed, split),
+// independent of the thread count.
 void data_synth_make(const recipe_t *r, int split, gl_dataset *d, gl_arena *a);
-// Copies rows idx[0..n) into x[n, size] and y[n].
-void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
+// Copies samples idx[0..n) into x[n, size] and the targets into labels or values [n, tsize].
+void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *labels, float *values);
 
 #endif

@@ -27,10 +27,14 @@ typedef struct {
 
 // Enum values, in the order of their choices tables in schema.c.
 enum { DATA_SOURCE_SYNTHETIC = 0 };
-enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS = 1 };
-enum { LOSS_SOFTMAX_XENT = 0 };
-enum { OPT_SGD = 0 };
-enum { METRIC_NONE = 0, METRIC_ACCURACY = 1, METRIC_LOSS = 2 };
+enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_FIELDS3D };
+enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
+enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
+enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
+enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
+enum { DECAY_CONSTANT = 0, DECAY_MULTISTEP = 1, DECAY_COSINE = 2, DECAY_POLY = 3 };
+enum { SCALE_NONE = 0, SCALE_LINEAR = 1, SCALE_SQRT = 2 };
+enum { METRIC_NONE = 0, METRIC_ACCURACY, METRIC_TOP5, METRIC_LOSS, METRIC_MAE, METRIC_MEAN_IOU };
 
 typedef struct {
     const char *name;
@@ -39,7 +43,7 @@ typedef struct {
         int source;
         struct {
             int kind;
-            int64_t classes, features, train_size, val_size;
+            int64_t classes, features, size, channels, train_size, val_size;
             double noise;
         } synthetic;
     } data;
@@ -48,8 +52,9 @@ typedef struct {
         int nlayers;
     } model;
     struct {
-        int64_t epochs, batch_size, threads;
-        int loss;
+        int64_t steps, epochs, batch_size, threads, eval_every;
+        int loss, nonfinite;
+        gl_floats class_weights;
         struct {
             int metric;
             double above, below;  // exactly one is set (the other NAN) when metric != none
@@ -59,6 +64,20 @@ typedef struct {
         int type;
         double lr, momentum, weight_decay;
         bool nesterov;
+        double beta1, beta2, eps;
+        double clip_norm;  // NAN: no clipping
+        bool exclude_1d;   // 1-D tensors: no weight decay, LAMB trust ratio 1
+        struct {
+            int unit;                  // SCHED_UNIT_*
+            double warmup;             // in unit
+            int decay;                 // DECAY_*
+            gl_floats milestones;      // multistep: in unit, increasing
+            gl_floats factors;         // multistep: lr multiplier from each milestone on
+            double end_lr;             // cosine/poly: final learning rate
+            double power;              // poly
+            int scaling;               // SCALE_*
+            int64_t base_batch;        // batch size lr was tuned for
+        } schedule;
     } optimizer;
 
     // Provenance, not schema keys.
@@ -80,6 +99,9 @@ void recipe_free(recipe_t *r);
 void recipe_emit(const recipe_t *r, FILE *out);
 // Writes the Markdown recipe reference (the README's section between the reference markers).
 void recipe_emit_reference(FILE *out);
+
+// Where a key was written (for errors found after loading); the recipe's start if it was not.
+yt_mark recipe_mark(const recipe_t *r, const char *dotted);
 
 // A 64-bit FNV-1a hash of the emitted recipe, to name and compare runs.
 uint64_t recipe_hash(const recipe_t *r);

@@ -18,6 +18,7 @@ typedef enum {
     KT_LAYERS,   // model.layers: a list of layer mappings (see layer.h)
     KT_NAMES,    // list of layer names (a single name is accepted too); gl_names
     KT_PAD,      // int64_t: padding >= 0, or the word `same` (stored as GL_PAD_SAME)
+    KT_FLOATS,   // gl_floats: a list of numbers, each within [min, max]
 } key_type;
 
 #define GL_PAD_SAME (-1)
@@ -38,6 +39,11 @@ typedef struct key_spec {
     size_t offset;                 // where the value lives in the target struct
     const struct key_spec *children;  // KT_SECTION: NULL-terminated by name == NULL
     const char *doc;               // one line for the reference
+    // Keys that make sense only with other settings (momentum only for sgd, ...): given while
+    // applies() is false, the key is an error rather than silently ignored, and it is left out of
+    // `galley check` output. NULL: always applies. `when` says it in words.
+    bool (*applies)(const void *base);
+    const char *when;
 } key_spec;
 
 // A resolved value slot; layer keys live in an array of these (offset = i * sizeof(gl_value)).
@@ -54,6 +60,12 @@ typedef struct {
     int n;
     const char *name[GL_MAX_NAMES];
 } gl_names;
+
+#define GL_MAX_FLOATS 64
+typedef struct {
+    int n;
+    double v[GL_MAX_FLOATS];
+} gl_floats;
 
 // Helpers to write tables tersely. R(lo, hi) gives a range.
 #define GL_INF 1e300

@@ -8,8 +8,10 @@
 #include "galley/recipe.h"
 
 typedef struct {
-    double best_val_acc, last_val_acc, last_val_loss, last_train_loss;
+    double best, last;            // the target metric: best and last validation value (NAN if none)
+    double last_loss, last_acc;   // last validation loss and accuracy (NAN where it does not apply)
     int epochs_run;
+    int64_t steps;
     int target_reached;  // 1 reached, 0 not reached, -1 no target
     double seconds;
 } train_result;

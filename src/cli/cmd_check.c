@@ -7,6 +7,7 @@
 #include "cli/cli_internal.h"
 #include "galley/check.h"
 #include "galley/cli.h"
+#include "galley/data.h"
 #include "galley/graph.h"
 #include "galley/train.h"
 
@@ -15,8 +16,10 @@ int cmd_check(int argc, char **argv) {
     int rc = cli_load_recipe("check", argc, argv, &r);
     if (rc) return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
     gl_graph g;
+    gl_dataset d;
+    data_describe(&r, &d);
     int code = GL_EXIT_OK;
-    if (graph_build(&g, &r, shape_1d(r.data.synthetic.features), r.train.batch_size, backend_cpu(), stderr) != 0 ||
+    if (graph_build(&g, &r, d.shape, r.train.batch_size, backend_cpu(), stderr) != 0 ||
         train_check_model(&r, &g, stderr) != 0) {
         fprintf(stderr, "galley: %s is not a valid recipe\n", r.file);
         code = GL_EXIT_USAGE;

@@ -17,6 +17,10 @@ int cli_load_recipe(const char *cmd, int argc, char **argv, recipe_t *r) {
         cli_help_for(cmd, stderr);
         return -1;
     }
+    if (!argv[0][0]) {
+        fprintf(stderr, "galley %s: the RECIPE path is empty\n", cmd);
+        return -1;
+    }
     for (int i = 0; i < argc; i++) {
         if (argv[i][0] == '-') {
             fprintf(stderr, "galley %s: unknown option '%s'\n", cmd, argv[i]);

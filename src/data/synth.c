@@ -1,57 +1,87 @@
-// synth.c: built-in synthetic classification data, generated in memory from the seed, so a
-// recipe trains without any files. Each value is keyed by (seed, split, sample, feature).
-#include <math.h>
+// synth.c: the built-in synthetic data sets: their shapes, their memory, and dispatch to one
+// generator per kind (synth_<kind>.c), so a recipe trains without any files.
 #include <string.h>
 
-#include "galley/data.h"
-#include "galley/rng.h"
+#include "data/synth_internal.h"
+#include "galley/check.h"
 
 static int64_t split_size(const recipe_t *r, int split) {
     return split == SPLIT_TRAIN ? r->data.synthetic.train_size : r->data.synthetic.val_size;
 }
 
+static int64_t channels_or(const recipe_t *r, int64_t own) {
+    return r->data.synthetic.channels > 0 ? r->data.synthetic.channels : own;
+}
+
+void data_describe(const recipe_t *r, gl_dataset *d) {
+    memset(d, 0, sizeof *d);
+    const int64_t s = r->data.synthetic.size;
+    switch (r->data.synthetic.kind) {
+    case SYNTH_SPIRALS:
+    case SYNTH_BLOBS:
+        d->shape = shape_1d(r->data.synthetic.features);
+        d->target = TARGET_CLASS;
+        d->classes = r->data.synthetic.classes;
+        break;
+    case SYNTH_SHAPES2D:
+        d->shape = (gl_shape){3, {channels_or(r, 3), s, s}};
+        d->target = TARGET_CLASS;
+        d->classes = r->data.synthetic.classes;
+        break;
+    case SYNTH_COSMO3D:
+        d->shape = (gl_shape){4, {channels_or(r, 4), s, s, s}};
+        d->target = TARGET_VALUES;
+        d->tshape = shape_1d(4);  // the 4 parameters behind each field, each in [-1, 1]
+        break;
+    case SYNTH_CLIMATE2D:
+        d->shape = (gl_shape){3, {channels_or(r, 16), s, s}};
+        d->target = TARGET_MASK;
+        d->tshape = (gl_shape){2, {s, s}};
+        d->classes = 3;  // background, cyclone, river (DeepCAM's classes)
+        break;
+    case SYNTH_FIELDS3D:
+        d->shape = (gl_shape){4, {4, s, s, s}};
+        d->target = TARGET_VALUES;
+        d->tshape = (gl_shape){4, {5, s, s, s}};
+        break;
+    default: GL_CHECK(0, "unknown synthetic kind");
+    }
+    if (d->target == TARGET_CLASS) d->tshape = shape_1d(1);
+    d->size = shape_size(&d->shape);
+    d->tsize = shape_size(&d->tshape);
+}
+
 size_t data_synth_bytes(const recipe_t *r, int split) {
-    int64_t n = split_size(r, split), f = r->data.synthetic.features;
-    return arena_round((size_t)(n * f) * sizeof(float)) + arena_round((size_t)n * sizeof(int32_t));
+    gl_dataset d;
+    data_describe(r, &d);
+    int64_t n = split_size(r, split);
+    size_t target = d.target == TARGET_VALUES ? sizeof(float) : sizeof(int32_t);
+    return arena_round((size_t)(n * d.size) * sizeof(float)) + arena_round((size_t)(n * d.tsize) * target);
 }
 
 void data_synth_make(const recipe_t *r, int split, gl_dataset *d, gl_arena *a) {
-    const uint64_t seed = (uint64_t)r->seed;
-    const int64_t n = split_size(r, split), f = r->data.synthetic.features, k = r->data.synthetic.classes;
-    const double noise = r->data.synthetic.noise;
-    d->n = n;
-    d->shape = shape_1d(f);
-    d->size = f;
-    d->classes = k;
-    d->x = arena_floats(a, n * f);
-    d->y = arena_alloc(a, (size_t)n * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++) {
-        int32_t c = (int32_t)(i % k);  // balanced classes; the loader shuffles
-        float *x = d->x + i * f;
-        uint64_t base = (uint64_t)i * (uint64_t)(f + 2);
-        d->y[i] = c;
-        if (r->data.synthetic.kind == SYNTH_SPIRALS) {
-            // Arm c: radius grows with t while the angle turns once; arms interleave.
-            double t = rng_uniform(seed, RNG_DATA, (uint64_t)split, base);
-            double radius = 0.1 + 0.9 * t;
-            double theta = 6.283185307179586 * ((double)c / (double)k + t);
-            x[0] = (float)(radius * cos(theta) + noise * rng_normal(seed, RNG_DATA, (uint64_t)split, base + 1));
-            x[1] = (float)(radius * sin(theta) + noise * rng_normal(seed, RNG_DATA, (uint64_t)split, base + 2));
-            for (int64_t j = 2; j < f; j++)  // distractors the model must learn to ignore
-                x[j] = (float)(noise * rng_normal(seed, RNG_DATA, (uint64_t)split, base + 1 + (uint64_t)j));
-        } else {
-            // Blob c: a fixed random centre (the same for both splits) plus Gaussian noise.
-            for (int64_t j = 0; j < f; j++) {
-                double centre = rng_normal(seed, RNG_DATA, 1000, (uint64_t)(c * f + j));
-                x[j] = (float)(centre + noise * rng_normal(seed, RNG_DATA, (uint64_t)split, base + (uint64_t)j));
-            }
-        }
+    data_describe(r, d);
+    d->n = split_size(r, split);
+    d->x = arena_floats(a, d->n * d->size);
+    if (d->target == TARGET_VALUES) d->values = arena_floats(a, d->n * d->tsize);
+    else d->labels = arena_alloc(a, (size_t)(d->n * d->tsize) * sizeof(int32_t));
+    switch (r->data.synthetic.kind) {
+    case SYNTH_SPIRALS: synth_spirals(r, split, d); break;
+    case SYNTH_BLOBS: synth_blobs(r, split, d); break;
+    case SYNTH_SHAPES2D: synth_shapes2d(r, split, d); break;
+    case SYNTH_COSMO3D: synth_cosmo3d(r, split, d); break;
+    case SYNTH_CLIMATE2D: synth_climate2d(r, split, d); break;
+    case SYNTH_FIELDS3D: synth_fields3d(r, split, d); break;
+    default: GL_CHECK(0, "unknown synthetic kind");
     }
 }
 
-void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y) {
+void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *labels, float *values) {
     for (int64_t i = 0; i < n; i++) {
         memcpy(x + i * d->size, d->x + idx[i] * d->size, sizeof(float) * (size_t)d->size);
-        y[i] = d->y[idx[i]];
+        if (d->target == TARGET_VALUES)
+            memcpy(values + i * d->tsize, d->values + idx[i] * d->tsize, sizeof(float) * (size_t)d->tsize);
+        else
+            memcpy(labels + i * d->tsize, d->labels + idx[i] * d->tsize, sizeof(int32_t) * (size_t)d->tsize);
     }
 }

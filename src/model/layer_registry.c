@@ -7,10 +7,16 @@
 #include "galley/rng.h"
 
 extern const layer_kind layer_dense;
+extern const layer_kind layer_conv, layer_conv_transpose;
 extern const layer_kind layer_relu, layer_leaky_relu, layer_tanh, layer_sigmoid, layer_gelu;
+extern const layer_kind layer_max_pool, layer_avg_pool, layer_global_avg_pool, layer_batch_norm, layer_layer_norm;
+extern const layer_kind layer_dropout, layer_scale, layer_flatten, layer_add, layer_concat, layer_upsample;
 
 static const layer_kind *const kinds[] = {
     &layer_dense, &layer_relu, &layer_leaky_relu, &layer_tanh, &layer_sigmoid, &layer_gelu,
+    &layer_max_pool, &layer_avg_pool, &layer_global_avg_pool, &layer_batch_norm, &layer_layer_norm,
+    &layer_dropout, &layer_scale, &layer_flatten, &layer_add, &layer_concat, &layer_upsample,
+    &layer_conv, &layer_conv_transpose,
 };
 
 int layer_kind_count(void) { return (int)(sizeof kinds / sizeof kinds[0]); }

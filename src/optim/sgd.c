@@ -1,36 +1,30 @@
-// sgd.c: SGD with momentum, Nesterov and coupled weight decay, in PyTorch's convention so
-// hyper-parameters carry over: g += wd*w; v = m*v + g; step = nesterov ? g + m*v : v; w -= lr*step.
-#include "galley/optim.h"
+// sgd.c: SGD with momentum, Nesterov and coupled weight decay, as torch.optim.SGD with
+// dampening 0 (_single_tensor_sgd), so hyper-parameters carry over:
+//     d = g + wd * w
+//     v = m * v + d                  (PyTorch starts v at the first d; a zeroed v gives the same)
+//     d = nesterov ? d + m * v : v   (only with momentum m > 0)
+//     w -= lr * d
+#include "optim/optim_internal.h"
 
-#include <string.h>
-
-size_t optim_bytes(const recipe_t *r, int64_t nparams) {
-    return r->optimizer.momentum > 0 ? arena_round((size_t)nparams * sizeof(float)) : 0;
-}
-
-void optim_init(gl_optim *o, const recipe_t *r, int64_t nparams, gl_arena *a) {
-    memset(o, 0, sizeof *o);
-    o->type = r->optimizer.type;
-    o->lr = r->optimizer.lr;
-    o->momentum = r->optimizer.momentum;
-    o->weight_decay = r->optimizer.weight_decay;
-    o->nesterov = r->optimizer.nesterov;
-    o->n = nparams;
-    o->velocity = o->momentum > 0 ? arena_floats(a, nparams) : NULL;
-}
-
-// w, g, velocity are (n)
-void optim_step(gl_optim *o, float *w, const float *g, double lr) {
+// w, g, o->velocity are (n)
+void sgd_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr) {
     const float m = (float)o->momentum, wd = (float)o->weight_decay, step = (float)lr;
-    float *v = o->velocity;
-    for (int64_t i = 0; i < o->n; i++) {
-        float gi = g[i] + wd * w[i];
-        if (v) {
-            // PyTorch starts the buffer at the first gradient; a zeroed buffer gives the same.
-            v[i] = m * v[i] + gi;
-            gi = o->nesterov ? gi + m * v[i] : v[i];
+    const bool nesterov = o->nesterov;
+    float *vel = o->velocity;
+    const gl_optim_chunk *ch = o->chunks;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < o->nchunks; c++) {
+        int64_t end = ch[c].offset + ch[c].len;
+        const float wdc = ch[c].plain ? 0.0f : wd;
+        for (int64_t i = ch[c].offset; i < end; i++) {
+            float gi = g[i];
+            if (clip) g[i] = gi = gi * coef;
+            float d = gi + wdc * w[i];
+            if (vel) {
+                vel[i] = m * vel[i] + d;
+                d = nesterov ? d + m * vel[i] : vel[i];
+            }
+            w[i] -= step * d;
         }
-        w[i] -= step * gi;
     }
-    o->steps++;
 }

@@ -5,18 +5,22 @@
 #include "galley/schema.h"
 
 static int edit_distance(const char *a, const char *b) {
-    // Two-row Levenshtein; keys are short, so fixed rows are enough.
+    // Three-row Damerau-Levenshtein (OSA); keys are short, so fixed rows are enough.
     int la = (int)strlen(a), lb = (int)strlen(b);
     if (la > 63 || lb > 63) return 99;
-    int prev[64], cur[64];
-    for (int j = 0; j <= lb; j++) prev[j] = j;
+    int pprev[64], prev[64], cur[64];
+    for (int j = 0; j <= lb; j++) pprev[j] = prev[j] = j;
     for (int i = 1; i <= la; i++) {
         cur[0] = i;
         for (int j = 1; j <= lb; j++) {
             int sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
             int del = prev[j] + 1, ins = cur[j - 1] + 1;
             cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            // A swap of two neighbours ("rleu" for "relu") is one edit (optimal string alignment).
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && pprev[j - 2] + 1 < cur[j])
+                cur[j] = pprev[j - 2] + 1;
         }
+        memcpy(pprev, prev, sizeof(int) * (size_t)(lb + 1));
         memcpy(prev, cur, sizeof(int) * (size_t)(lb + 1));
     }
     return prev[lb];
@@ -53,6 +57,13 @@ void schema_describe(const key_spec *k, char *buf, size_t len) {
     case KT_FLOAT: describe_range(k, "a number", buf, len); break;
     case KT_BOOL: snprintf(buf, len, "true or false"); break;
     case KT_PAD: describe_range(k, "`same` or an integer", buf, len); break;
+    case KT_FLOATS: {
+        char each[128];
+        describe_range(k, "each", each, sizeof each);
+        snprintf(buf, len, "a list of up to %d numbers%s%s", GL_MAX_FLOATS, strcmp(each, "each") ? ", " : "",
+                 strcmp(each, "each") ? each : "");
+        break;
+    }
     case KT_STRING: snprintf(buf, len, "a string"); break;
     case KT_SECTION: snprintf(buf, len, "a mapping"); break;
     case KT_LAYERS: snprintf(buf, len, "a list of layers"); break;

@@ -49,6 +49,16 @@ static void emit_value(FILE *out, const key_spec *k, const void *src) {
         break;
     }
     case KT_ENUM: fputs(k->choices[*(const int *)src], out); break;
+    case KT_FLOATS: {
+        const gl_floats *f = src;
+        fputc('[', out);
+        for (int i = 0; i < f->n; i++) {
+            if (i) fputs(", ", out);
+            emit_double(out, f->v[i]);
+        }
+        fputc(']', out);
+        break;
+    }
     default: break;
     }
 }
@@ -79,6 +89,7 @@ static void emit_layers(FILE *out, const recipe_t *r, int indent) {
 
 static void emit_section(FILE *out, const recipe_t *r, const key_spec *keys, int indent) {
     for (const key_spec *k = keys; k->name; k++) {
+        if (k->applies && !k->applies(r)) continue;
         fprintf(out, "%*s%s:", indent, "", k->name);
         if (k->type == KT_SECTION) {
             fputc('\n', out);
@@ -115,8 +126,9 @@ static void ref_row(FILE *out, const char *path, const key_spec *k) {
     char want[512];
     schema_describe(k, want, sizeof want);
     const char *def = k->flag == KF_REQUIRED ? "**required**" : k->flag == KF_OPTIONAL ? "(unset)" : k->def;
-    fprintf(out, "| `%s` | %s | %s%s%s | %s |\n", path, want, k->flag == KF_DEFAULT ? "`" : "", def,
-            k->flag == KF_DEFAULT ? "`" : "", k->doc);
+    fprintf(out, "| `%s` | %s | %s%s%s | %s%s%s%s |\n", path, want, k->flag == KF_DEFAULT ? "`" : "", def,
+            k->flag == KF_DEFAULT ? "`" : "", k->doc, k->when ? " (only when " : "", k->when ? k->when : "",
+            k->when ? ")" : "");
 }
 
 static void ref_section(FILE *out, const key_spec *keys, const char *parent) {

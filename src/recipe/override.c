@@ -23,7 +23,7 @@ static void shift_marks(yt_node *n, int line, int col0) {
 static int split_path(char *path, char **seg, int max) {
     int n = 0;
     for (char *p = path; *p;) {
-        if (n == max) return -1;
+        if (n == max) return -2;
         if (*p == '[') {
             char *close = strchr(p, ']');
             if (!close) return -1;
@@ -31,6 +31,7 @@ static int split_path(char *path, char **seg, int max) {
             seg[n++] = p + 1;
             p = close + 1;
             if (*p == '.') p++;
+            else if (*p && *p != '[') return -1;  // "a[0]b" is a typo for "a[0].b"
             continue;
         }
         seg[n++] = p;
@@ -55,6 +56,21 @@ static int is_index(const char *s) {
     return 1;
 }
 
+// The loader's message without its "NAME:LINE:COL: error: PATH: " prefix: inside a one-line
+// value its own position would only confuse (the caller reports the override's).
+static const char *yaml_problem(const char *msg) {
+    const char *p = strstr(msg, ": error: ");
+    if (p) {
+        p += 9;
+        const char *q = strstr(p, ": ");  // the key path, "(recipe)" for a bare value
+        return q && !strncmp(p, "(recipe)", 8) ? q + 2 : p;
+    }
+    // Older form "NAME:LINE:COL: problem": skip three colons.
+    const char *q = msg;
+    for (int i = 0; i < 3 && q; i++) q = strchr(q, ':') ? strchr(q, ':') + 1 : NULL;
+    return q ? q + (*q == ' ') : msg;
+}
+
 int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     rctx c = {.err = err};
     const char *file = yt_intern(r->doc, CMDLINE);
@@ -73,10 +89,19 @@ int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     path[eq - arg] = 0;
     char shown[512];
     snprintf(shown, sizeof shown, "%s", path);
+    size_t plen = strlen(path);
+    if (path[0] == '.' || path[plen - 1] == '.' || strstr(path, "..") || strstr(path, ".[") || strstr(path, "[]")) {
+        rctx_error(&c, m0, shown, "cannot read the key path; write it as a.b.c or a.b[2].c");
+        return -1;
+    }
     char *seg[32];
     char work[1100];
     snprintf(work, sizeof work, "%s", path);
     int nseg = split_path(work, seg, 32);
+    if (nseg == -2) {
+        rctx_error(&c, m0, shown, "the key path has more than 32 parts");
+        return -1;
+    }
     if (nseg <= 0) {
         rctx_error(&c, m0, shown, "cannot read the key path; write it as a.b.c or a.b[2].c");
         return -1;
@@ -86,7 +111,7 @@ int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     char msg[512];
     int vcol = (int)(eq - arg) + 2;
     if (yt_load_string(eq + 1, CMDLINE, &vdoc, msg, sizeof msg) != 0) {
-        rctx_error(&c, (yt_mark){file, index, vcol}, shown, "cannot parse the value: %s", msg);
+        rctx_error(&c, (yt_mark){file, index, vcol}, shown, "cannot parse the value as YAML: %s", yaml_problem(msg));
         return -1;
     }
     r->odocs = realloc(r->odocs, sizeof(yt_doc *) * (size_t)(r->nodocs + 1));
@@ -95,7 +120,7 @@ int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     yt_node *value = yt_root(vdoc);
     if (value->kind == YT_MAP && value->n == 0 && !strchr(eq + 1, '{')) {
         // An empty value ("key=") is an empty scalar, as "key:" is in a file.
-        value = yt_new_scalar(vdoc, "", 1, (yt_mark){file, index, vcol});
+        value = yt_new_scalar(vdoc, "", 1, (yt_mark){file, index, 1});  // shifted to vcol below
     }
     shift_marks(value, index, vcol - 1);
 

@@ -100,13 +100,43 @@ static void range_error(rctx *c, const key_spec *k, const yt_node *n, const char
     rctx_error(c, n->mark, path, "%s is out of range: expected %s", n->text, want);
 }
 
+static int resolve_floats(rctx *c, const key_spec *k, const yt_node *n, void *dst, const char *path) {
+    gl_floats *f = dst;
+    f->n = 0;
+    if (n->kind != YT_SEQ || n->n > GL_MAX_FLOATS) {
+        char want[256], got[128];
+        schema_describe(k, want, sizeof want);
+        found_word(n, got, sizeof got);
+        if (n->kind == YT_SEQ) snprintf(got, sizeof got, "a list of %d items", n->n);
+        rctx_error(c, n->mark, path, "expected %s, found %s", want, got);
+        return -1;
+    }
+    for (int i = 0; i < n->n; i++) {
+        const yt_node *it = n->items[i];
+        char sub[600];
+        snprintf(sub, sizeof sub, "%s[%d]", path, i);
+        double v;
+        if (it->kind != YT_SCALAR || !it->plain || parse_float(it->text, &v)) {
+            char got[128];
+            found_word(it, got, sizeof got);
+            rctx_error(c, it->mark, sub, "expected a number, found %s", got);
+            return -1;
+        }
+        if (v < k->min || v > k->max) return range_error(c, k, it, sub), -1;
+        f->v[f->n++] = v;
+    }
+    return 0;
+}
+
 // Resolves one scalar-like key from node n (never NULL) into dst.
 int resolve_value(rctx *c, const key_spec *k, const yt_node *n, void *dst, const char *path) {
     if (k->flag == KF_OPTIONAL && is_null(n)) {
         if (k->type == KT_FLOAT) *(double *)dst = NAN;
         if (k->type == KT_STRING) *(const char **)dst = NULL;
+        if (k->type == KT_FLOATS) ((gl_floats *)dst)->n = 0;
         return 0;
     }
+    if (k->type == KT_FLOATS) return resolve_floats(c, k, n, dst, path);
     if (n->kind != YT_SCALAR || (k->type != KT_STRING && is_null(n))) return expect_error(c, k, n, path), -1;
     switch (k->type) {
     case KT_INT: {
@@ -168,9 +198,21 @@ void resolve_default(rctx *c, const key_spec *k, void *dst) {
     if (k->flag == KF_OPTIONAL) {
         if (k->type == KT_FLOAT) *(double *)dst = NAN;
         if (k->type == KT_STRING) *(const char **)dst = NULL;
+        if (k->type == KT_FLOATS) ((gl_floats *)dst)->n = 0;
         return;
     }
     GL_CHECK(k->def, "a key with a default must have def");
+    if (k->type == KT_FLOATS) {
+        // Defaults of lists are written as flow YAML ("[]", "[1, 2]"): parse them like text.
+        yt_doc *d = NULL;
+        char msg[256];
+        GL_CHECK(yt_load_string(k->def, "<schema default>", &d, msg, sizeof msg) == 0, "bad list default");
+        int before = c->nerr;
+        resolve_floats(c, k, yt_root(d), dst, k->name);
+        yt_doc_free(d);
+        GL_CHECK(c->nerr == before, "schema default does not validate");
+        return;
+    }
     yt_node n = {.kind = YT_SCALAR, .mark = {"<schema default>", 0, 0}, .plain = 1, .text = (char *)k->def};
     int before = c->nerr;
     resolve_value(c, k, &n, dst, k->name);
@@ -227,6 +269,13 @@ void resolve_section(rctx *c, const key_spec *keys, const yt_node *node, void *b
         path_join(sub, sizeof sub, path, k->name);
         const yt_node *v = node ? yt_map_get(node, k->name) : NULL;
         void *dst = (char *)base + k->offset;
+        if (k->applies && !k->applies(base)) {
+            // An explicit null for an optional key says "not set", which is no conflict.
+            if (v && !(k->flag == KF_OPTIONAL && is_null(v)))
+                rctx_error(c, v->mark, sub, "applies only when %s; remove it", k->when);
+            if (k->type != KT_SECTION && k->type != KT_LAYERS) resolve_default(c, k, dst);
+            continue;
+        }
         if (k->type == KT_SECTION) {
             if (!v && k->flag == KF_REQUIRED) {
                 rctx_error(c, where, sub, "missing required key '%s' (%s)", k->name, k->doc);
@@ -249,6 +298,11 @@ void resolve_section(rctx *c, const key_spec *keys, const yt_node *node, void *b
     }
 }
 
+yt_mark recipe_mark(const recipe_t *r, const char *dotted) {
+    const yt_node *root = yt_root(r->doc), *n = node_at(root, dotted);
+    return n ? n->mark : root->mark;
+}
+
 const yt_node *node_at(const yt_node *root, const char *dotted) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", dotted);
@@ -258,22 +312,53 @@ const yt_node *node_at(const yt_node *root, const char *dotted) {
     return n;
 }
 
+static void cross_schedule(rctx *c, recipe_t *r, const yt_node *root) {
+    const yt_node *s = node_at(root, "optimizer.schedule");
+    yt_mark m = s ? s->mark : root->mark;
+    const gl_floats *ms = &r->optimizer.schedule.milestones, *fs = &r->optimizer.schedule.factors;
+    if (r->optimizer.schedule.decay == DECAY_MULTISTEP) {
+        if (ms->n == 0)
+            rctx_error(c, m, "optimizer.schedule.milestones", "multistep decay needs at least one milestone");
+        else if (ms->n != fs->n)
+            rctx_error(c, m, "optimizer.schedule.factors", "give one factor per milestone: %d milestones, %d factors",
+                       ms->n, fs->n);
+        for (int i = 1; i < ms->n; i++)
+            if (ms->v[i] <= ms->v[i - 1]) {
+                rctx_error(c, m, "optimizer.schedule.milestones", "milestones must increase: %g comes after %g",
+                           ms->v[i], ms->v[i - 1]);
+                break;
+            }
+    }
+    if (r->optimizer.type == OPT_SGD && r->optimizer.nesterov && r->optimizer.momentum <= 0) {
+        const yt_node *o = node_at(root, "optimizer");
+        rctx_error(c, o ? o->mark : root->mark, "optimizer.nesterov", "Nesterov momentum needs momentum > 0");
+    }
+}
+
 // Checks that involve more than one key.
 static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
+    cross_schedule(c, r, root);
     const yt_node *t = node_at(root, "train.target");
     yt_mark m = t ? t->mark : root->mark;
     bool above = !isnan(r->train.target.above), below = !isnan(r->train.target.below);
     if (r->train.target.metric == METRIC_NONE) {
-        if (above || below)
-            rctx_error(c, m, "train.target", "'%s' is set but train.target.metric is none; name the metric "
-                       "(accuracy or loss) or remove the threshold", above ? "above" : "below");
+        // above/below without a metric were already refused (they apply only with one)
     } else if (above == below) {
-        rctx_error(c, m, "train.target", "give exactly one of 'above' or 'below' for metric %s",
-                   r->train.target.metric == METRIC_ACCURACY ? "accuracy" : "loss");
-    } else if (r->train.target.metric == METRIC_ACCURACY && below) {
-        rctx_error(c, m, "train.target.below", "accuracy improves upwards: use 'above'");
-    } else if (r->train.target.metric == METRIC_LOSS && above) {
-        rctx_error(c, m, "train.target.above", "loss improves downwards: use 'below'");
+        rctx_error(c, m, "train.target", "give exactly one of 'above' or 'below' for the target metric");
+    } else {
+        int m_ = r->train.target.metric, downward = m_ == METRIC_LOSS || m_ == METRIC_MAE;
+        const char *name = m_ == METRIC_ACCURACY ? "accuracy" : m_ == METRIC_TOP5 ? "top5" : m_ == METRIC_LOSS ? "loss"
+                           : m_ == METRIC_MAE ? "mae" : "mean_iou";
+        if (downward && above)
+            rctx_error(c, m, "train.target.above", "%s improves downwards: use 'below'", name);
+        else if (!downward && below)
+            rctx_error(c, m, "train.target.below", "%s improves upwards: use 'above'", name);
+    }
+    if (r->data.synthetic.kind == SYNTH_SHAPES2D && r->data.synthetic.classes > 6) {
+        const yt_node *k = node_at(root, "data.synthetic.classes");
+        rctx_error(c, k ? k->mark : root->mark, "data.synthetic.classes",
+                   "shapes2d draws 6 kinds of shape: classes must be <= 6, found %lld",
+                   (long long)r->data.synthetic.classes);
     }
 }
 

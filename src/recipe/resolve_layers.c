@@ -24,7 +24,7 @@ static int kind_has_key(const layer_kind *k, const char *name) {
 
 static int find_name(const layer_cfg *layers, int upto, const char *name) {
     for (int j = 0; j < upto; j++)
-        if (!strcmp(layers[j].name, name)) return j;
+        if (layers[j].name && !strcmp(layers[j].name, name)) return j;  // NULL: that layer had an error
     return -1;
 }
 
@@ -38,7 +38,7 @@ static void resolve_inputs(rctx *c, const yt_node *v, layer_cfg *cfg, const laye
         for (int j = 0; j < v->n; j++) items[n++] = v->items[j];
     } else {
         rctx_error(c, v->mark, path, "expected a layer name or a list of 1 to %d names, found %s", GL_MAX_NAMES,
-                   v->kind == YT_MAP ? "a mapping" : "a list of that length");
+                   v->kind == YT_MAP ? "a mapping" : v->n == 0 ? "an empty list" : "a longer list");
         return;
     }
     for (int j = 0; j < n; j++) {
@@ -51,7 +51,8 @@ static void resolve_inputs(rctx *c, const yt_node *v, layer_cfg *cfg, const laye
             const char *names[256];
             int k = 0;
             names[k++] = "input";
-            for (int q = 0; q < i && k < 256; q++) names[k++] = layers[q].name;
+            for (int q = 0; q < i && k < 256; q++)
+                if (layers[q].name) names[k++] = layers[q].name;
             const char *near = schema_suggest(it->text, names, k);
             if (find_name(layers, 0, it->text) < 0 && near)
                 rctx_error(c, it->mark, path, "no earlier layer is named '%s' (did you mean '%s'?)", it->text, near);

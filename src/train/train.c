@@ -1,5 +1,6 @@
-// train.c: the loop. Plan memory, build the model and data, then per epoch: shuffle, step
-// through batches (forward, loss, backward, optimizer), evaluate on the held-out split, print.
+// train.c: the loop. Plan memory, build the model and data, then step: shuffle at each epoch,
+// gather a batch, forward, loss, backward, optimizer at the scheduled learning rate; evaluate
+// on the held-out split each epoch (or every eval_every steps) and stop at the target.
 #include "galley/train.h"
 
 #include <math.h>
@@ -13,6 +14,8 @@
 #include "galley/check.h"
 #include "galley/data.h"
 #include "galley/graph.h"
+#include "galley/loss.h"
+#include "galley/lr.h"
 #include "galley/optim.h"
 #include "galley/rng.h"
 
@@ -30,24 +33,24 @@ int train_threads(const recipe_t *r) {
     return n > 0 ? (int)n : 1;
 }
 
+// Buffers for one batch of targets, and scratch row indices.
 typedef struct {
-    double loss, acc;
-} eval_result;
+    int32_t *labels;
+    float *values;
+    int64_t *rows;
+} batch_buf;
 
-static eval_result evaluate(gl_graph *g, const gl_dataset *d, int64_t *idx, int32_t *labels) {
-    double loss = 0;
-    int64_t hits = 0;
+static void evaluate(gl_graph *g, const gl_loss *loss, const gl_dataset *d, batch_buf *b, gl_metrics *m) {
+    metrics_reset(m);
+    gl_tensor *o = graph_output(g);
     for (int64_t s = 0; s < d->n; s += g->batch) {
         int64_t n = d->n - s < g->batch ? d->n - s : g->batch;
-        for (int64_t i = 0; i < n; i++) idx[i] = s + i;
-        data_gather(d, idx, n, g->input.data, labels);
+        for (int64_t i = 0; i < n; i++) b->rows[i] = s + i;
+        data_gather(d, b->rows, n, g->input.data, b->labels, b->values);
         graph_forward(g, n, false);
-        int64_t h = 0;
-        gl_tensor *o = graph_output(g);
-        loss += g->be->softmax_xent(n, o->size, o->data, labels, NULL, &h) * (double)n;
-        hits += h;
+        double l = loss_compute(loss, g->be, o, n, b->labels, b->values, NULL);
+        metrics_add(m, o, n, b->labels, b->values, l);
     }
-    return (eval_result){loss / (double)d->n, (double)hits / (double)d->n};
 }
 
 static void shuffle(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
@@ -60,46 +63,49 @@ static void shuffle(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
     }
 }
 
-static int target_met(const recipe_t *r, eval_result e) {
-    double v = r->train.target.metric == METRIC_ACCURACY ? e.acc : e.loss;
+static int target_met(const recipe_t *r, double v) {
+    if (isnan(v)) return 0;
     if (!isnan(r->train.target.above)) return v >= r->train.target.above;
     return v <= r->train.target.below;
 }
 
 static const char *target_words(const recipe_t *r, char *buf, size_t len) {
-    const char *m = r->train.target.metric == METRIC_ACCURACY ? "accuracy" : "loss";
+    const char *m = metrics_name(r->train.target.metric);
     if (!isnan(r->train.target.above)) snprintf(buf, len, "validation %s >= %g", m, r->train.target.above);
     else snprintf(buf, len, "validation %s <= %g", m, r->train.target.below);
     return buf;
 }
 
+static const char *task_words(const gl_dataset *d) {
+    return d->target == TARGET_CLASS ? "classification" : d->target == TARGET_MASK ? "segmentation" : "regression";
+}
+
 int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     memset(res, 0, sizeof *res);
     res->target_reached = r->train.target.metric == METRIC_NONE ? -1 : 0;
+    res->best = NAN;
     const gl_backend *be = backend_cpu();
     int threads = train_threads(r);
     be->set_threads(threads);
 
-    // Plan every byte first, refuse what cannot fit, then allocate once.
-    gl_dataset train, val;
-    gl_shape in_shape = shape_1d(r->data.synthetic.features);
-    int64_t batch = r->train.batch_size;
-    int64_t ntrain = r->data.synthetic.train_size;
+    gl_dataset train, val, shape;
+    data_describe(r, &shape);
+    int64_t ntrain = r->data.synthetic.train_size, batch = r->train.batch_size;
     if (batch > ntrain) batch = ntrain;  // a batch never holds more than the data set
     gl_graph g;
-    if (graph_build(&g, r, in_shape, batch, be, err) != 0) {
+    if (graph_build(&g, r, shape.shape, batch, be, err) != 0 || train_check_model(r, &g, err) != 0) {
         graph_free(&g);
         return GL_EXIT_USAGE;
     }
-    gl_tensor *o = graph_output(&g);
-    if (train_check_model(r, &g, err) != 0) {
-        graph_free(&g);
-        return GL_EXIT_USAGE;
-    }
-    size_t bytes = g.bytes + optim_bytes(r, g.nparams) + data_synth_bytes(r, SPLIT_TRAIN) +
-                   data_synth_bytes(r, SPLIT_VAL) + arena_round((size_t)ntrain * sizeof(int64_t)) +
-                   arena_round((size_t)batch * sizeof(int32_t)) + arena_round((size_t)batch * sizeof(int64_t)) +
-                   8 * GL_ARENA_ALIGN;
+    const int64_t steps_per_epoch = (ntrain + batch - 1) / batch;
+    const int64_t total_steps = r->train.steps > 0 ? r->train.steps : r->train.epochs * steps_per_epoch;
+    const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+
+    // Plan every byte first, refuse what cannot fit, then allocate once.
+    size_t target_bytes = (size_t)(batch * shape.tsize) * (shape.target == TARGET_VALUES ? sizeof(float) : 4);
+    size_t bytes = g.bytes + optim_bytes(r, &g) + data_synth_bytes(r, SPLIT_TRAIN) + data_synth_bytes(r, SPLIT_VAL) +
+                   arena_round((size_t)ntrain * sizeof(int64_t)) + arena_round(target_bytes) +
+                   arena_round((size_t)batch * sizeof(int64_t)) + 8 * GL_ARENA_ALIGN;
     uint64_t host = arena_host_memory();
     if (host && (double)bytes > 0.9 * (double)host) {
         fprintf(err, "%s: error: this run needs %.2f GiB of memory but the machine has %.2f GiB; reduce "
@@ -114,77 +120,144 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     graph_init_params(&g, (uint64_t)r->seed);
     g.seed = (uint64_t)r->seed;
     gl_optim opt;
-    optim_init(&opt, r, g.nparams, &arena);
+    optim_init(&opt, r, &g, &arena);
+    double t_data0 = now_s();
     data_synth_make(r, SPLIT_TRAIN, &train, &arena);
     data_synth_make(r, SPLIT_VAL, &val, &arena);
+    double t_data = now_s() - t_data0;
     int64_t *perm = arena_alloc(&arena, (size_t)ntrain * sizeof(int64_t));
-    int32_t *labels = arena_alloc(&arena, (size_t)batch * sizeof(int32_t));
-    int64_t *eval_idx = arena_alloc(&arena, (size_t)batch * sizeof(int64_t));
+    batch_buf b = {0};
+    if (shape.target == TARGET_VALUES) b.values = arena_alloc(&arena, target_bytes);
+    else b.labels = arena_alloc(&arena, target_bytes);
+    b.rows = arena_alloc(&arena, (size_t)batch * sizeof(int64_t));
+    gl_loss loss;
+    loss_init(&loss, r, &train);
+    gl_metrics tm, vm;
+    metrics_init(&tm, &train);
+    metrics_init(&vm, &val);
+    gl_lr lr;
+    lr_init(&lr, r, batch, steps_per_epoch, total_steps);
 
-    char tw[128];
+    char tw[128], line[256], rule[512], shp[64];
+    shape_format(&train.shape, shp, sizeof shp);
     fprintf(out, "galley: training '%s' (recipe %s, hash %016llx)\n", r->name, r->file,
             (unsigned long long)recipe_hash(r));
-    fprintf(out, "  device cpu, %d threads | batch %lld | %lld parameters | train %lld, val %lld samples\n", threads,
-            (long long)batch, (long long)g.nparams, (long long)train.n, (long long)val.n);
-    fprintf(out, "  optimizer sgd lr %g momentum %g%s weight_decay %g (constant learning rate)\n", r->optimizer.lr,
-            r->optimizer.momentum, r->optimizer.nesterov ? " nesterov" : "", r->optimizer.weight_decay);
+    fprintf(out, "  device cpu, %d threads | batch %lld | %lld parameters, %.3g MFLOPs/sample forward\n", threads,
+            (long long)batch, (long long)g.nparams, (double)g.flops / 1e6);
+    fprintf(out, "  data: synthetic %s, %s, input %s, train %lld, val %lld samples (generated in %.2f s)\n",
+            r->data.synthetic.kind == SYNTH_SPIRALS ? "spirals" : r->data.synthetic.kind == SYNTH_BLOBS ? "blobs"
+            : r->data.synthetic.kind == SYNTH_SHAPES2D ? "shapes2d" : r->data.synthetic.kind == SYNTH_COSMO3D ? "cosmo3d"
+            : r->data.synthetic.kind == SYNTH_CLIMATE2D ? "climate2d" : "fields3d",
+            task_words(&train), shp, (long long)train.n, (long long)val.n, t_data);
+    lr_describe(&lr, rule, sizeof rule);
+    fprintf(out, "  run: %lld steps (%lld per epoch) | %s\n", (long long)total_steps, (long long)steps_per_epoch,
+            rule);
     if (res->target_reached == 0) fprintf(out, "  target: %s\n", target_words(r, tw, sizeof tw));
     fflush(out);
 
-    int64_t step = 0;
     int code = GL_EXIT_OK;
-    double t_start = now_s();
-    for (int64_t epoch = 1; epoch <= r->train.epochs; epoch++) {
-        double t0 = now_s(), loss_sum = 0;
-        int64_t hits = 0;
-        shuffle(perm, train.n, (uint64_t)r->seed, epoch);
-        for (int64_t s = 0; s < train.n; s += batch, step++) {
-            int64_t n = train.n - s < batch ? train.n - s : batch;
-            data_gather(&train, perm + s, n, g.input.data, labels);
-            g.step = step;
-            graph_forward(&g, n, true);
-            int64_t h = 0;
-            double loss = be->softmax_xent(n, o->size, o->data, labels, o->grad, &h);
-            if (!isfinite(loss)) {
+    int64_t step = 0, skipped = 0, seen = 0, last_eval = -1;
+    double t_start = now_s(), t_mark = t_start, t_eval = 0;
+    metrics_reset(&tm);
+    gl_tensor *o = graph_output(&g);
+    while (step < total_steps) {
+        int64_t epoch = step / steps_per_epoch + 1, s = (step % steps_per_epoch) * batch;
+        if (s == 0) shuffle(perm, train.n, (uint64_t)r->seed, epoch);
+        int64_t n = train.n - s < batch ? train.n - s : batch;
+        data_gather(&train, perm + s, n, g.input.data, b.labels, b.values);
+        g.step = step;
+        graph_forward(&g, n, true);
+        double l = loss_compute(&loss, be, o, n, b.labels, b.values, o->grad);
+        if (!isfinite(l)) {
+            if (r->train.nonfinite == NONFINITE_SKIP) {
+                skipped++;
+            } else {
                 int bad = graph_first_nonfinite(&g, n);
-                fprintf(err, "galley: error: the loss became %g at step %lld (epoch %lld)%s%s%s\n", loss,
-                        (long long)step, (long long)epoch, bad >= 0 ? "; first non-finite output: layer " : "",
-                        bad >= 0 ? g.layers[bad].cfg->name : "", bad >= 0 ? "" : "");
-                fprintf(err, "  hint: lower optimizer.lr, or check the data for NaN/Inf\n");
+                fprintf(err, "galley: error: the loss became %g at step %lld (epoch %lld); ", l, (long long)step,
+                        (long long)epoch);
+                if (bad >= 0) fprintf(err, "the first layer whose output is not finite is '%s' (model.layers[%d])\n",
+                                      g.layers[bad].cfg->name, bad);
+                else fprintf(err, "every layer's output is finite, so the loss itself overflowed\n");
+                fprintf(err, "  hint: lower optimizer.lr, set optimizer.clip_norm, check the data, or set "
+                             "train.nonfinite: skip\n");
                 code = GL_EXIT_RUNTIME;
                 goto done;
             }
-            loss_sum += loss * (double)n;
-            hits += h;
+        } else {
+            metrics_add(&tm, o, n, b.labels, b.values, l);
             graph_backward(&g, n);
-            optim_step(&opt, g.params, g.grads, r->optimizer.lr);
+            // A non-finite gradient norm leaves the weights untouched (optim_step skips it).
+            double norm = optim_step(&opt, &g, lr_at(&lr, step));
+            if (!isfinite(norm)) {
+                if (r->train.nonfinite == NONFINITE_SKIP) {
+                    skipped++;
+                } else {
+                    fprintf(err, "galley: error: the gradient norm became %g at step %lld (epoch %lld) while the "
+                                 "loss was %g\n  hint: lower optimizer.lr, set optimizer.clip_norm, or set "
+                                 "train.nonfinite: skip\n",
+                            norm, (long long)step, (long long)epoch, l);
+                    code = GL_EXIT_RUNTIME;
+                    goto done;
+                }
+            }
         }
-        double t_train = now_s() - t0;
-        eval_result e = evaluate(&g, &val, eval_idx, labels);
-        res->epochs_run = (int)epoch;
-        res->last_train_loss = loss_sum / (double)train.n;
-        res->last_val_loss = e.loss;
-        res->last_val_acc = e.acc;
-        if (e.acc > res->best_val_acc) res->best_val_acc = e.acc;
-        fprintf(out, "epoch %3lld/%lld  loss %.4f  acc %.4f | val loss %.4f  acc %.4f | %.0f samples/s  %.2f s\n",
-                (long long)epoch, (long long)r->train.epochs, res->last_train_loss, (double)hits / (double)train.n,
-                e.loss, e.acc, (double)train.n / (t_train > 0 ? t_train : 1e-9), now_s() - t0);
+        step++;
+        seen += n;
+        int epoch_end = step % steps_per_epoch == 0;
+        int due = r->train.eval_every > 0 ? step % r->train.eval_every == 0 : epoch_end;
+        if (!due && step < total_steps) continue;
+
+        double te = now_s();
+        evaluate(&g, &loss, &val, &b, &vm);
+        t_eval += now_s() - te;
+        last_eval = step;
+        double elapsed = now_s() - t_mark;
+        char tl[160], vl[160];
+        metrics_format(&tm, tl, sizeof tl);
+        metrics_format(&vm, vl, sizeof vl);
+        if (r->train.eval_every > 0 || r->train.steps > 0)
+            snprintf(line, sizeof line, "step %6lld/%lld (epoch %lld)", (long long)step, (long long)total_steps,
+                     (long long)epoch);
+        else
+            snprintf(line, sizeof line, "epoch %3lld/%lld", (long long)epoch, (long long)epochs);
+        fprintf(out, "%s  %s | val %s | lr %.4g | %.0f samples/s  %.2f s\n", line, tl, vl, lr_at(&lr, step - 1),
+                (double)seen / (elapsed > 0 ? elapsed : 1e-9), elapsed);
         fflush(out);
-        if (res->target_reached == 0 && target_met(r, e)) {
-            res->target_reached = 1;
-            fprintf(out, "target reached: %s at epoch %lld (accuracy %.4f, loss %.4f)\n",
-                    target_words(r, tw, sizeof tw), (long long)epoch, e.acc, e.loss);
-            break;
+        res->epochs_run = (int)epoch;
+        res->last_loss = metrics_value(&vm, METRIC_LOSS);
+        res->last_acc = metrics_value(&vm, METRIC_ACCURACY);
+        if (r->train.target.metric != METRIC_NONE) {
+            double v = metrics_value(&vm, r->train.target.metric);
+            int up = !isnan(r->train.target.above);
+            if (isnan(res->best) || (up ? v > res->best : v < res->best)) res->best = v;
+            res->last = v;
+            if (res->target_reached == 0 && target_met(r, v)) {
+                res->target_reached = 1;
+                fprintf(out, "target reached: %s at step %lld, epoch %lld (%s %.4f)\n", target_words(r, tw, sizeof tw),
+                        (long long)step, (long long)epoch, metrics_name(r->train.target.metric), v);
+                break;
+            }
         }
+        metrics_reset(&tm);
+        seen = 0;
+        t_mark = now_s();
     }
+    (void)last_eval;
+    res->steps = step;
     res->seconds = now_s() - t_start;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(out, "done: %d epochs, %lld steps in %.2f s | best val acc %.4f, last %.4f | peak memory %.1f MiB\n",
-            res->epochs_run, (long long)step, res->seconds, res->best_val_acc, res->last_val_acc,
-            ru.ru_maxrss / 1024.0);
+    metrics_format(&vm, line, sizeof line);
+    fprintf(out, "done: %lld steps in %.2f s (evaluation %.2f s) | last val %s | peak memory %.1f MiB\n",
+            (long long)step, res->seconds, t_eval, line, ru.ru_maxrss / 1024.0);
+    metrics_format_iou(&vm, line, sizeof line);
+    if (line[0]) fprintf(out, "  %s\n", line);
+    if (skipped)
+        fprintf(out, "  %lld steps skipped for a non-finite loss or gradient (train.nonfinite: skip)\n",
+                (long long)skipped);
     if (res->target_reached == 0) {
-        fprintf(out, "target NOT reached: %s (exit code %d)\n", target_words(r, tw, sizeof tw), GL_EXIT_TARGET);
+        fprintf(out, "target NOT reached: %s; best %.4f (exit code %d)\n", target_words(r, tw, sizeof tw), res->best,
+                GL_EXIT_TARGET);
         code = GL_EXIT_TARGET;
     }
 done:

@@ -1,16 +1,19 @@
 // test_gradcheck.c: every registered layer kind's backward against finite differences of its
-// forward, the softmax cross-entropy loss, and the dense kernels against naive loops.
+// forward, the losses' gradients and values, and the dense kernels against naive loops.
 //
 // The layer check is generic: it walks the registry (layer_kind_count/layer_kind_at), so a new
-// kind is checked the moment it is registered. A kind whose keys are all optional is checked
-// with its defaults; a kind with a required key (or more than one input, or a non-flat input)
-// needs an entry in `configs` below, and the test fails until it has one.
+// kind is checked the moment it is registered. A kind with an entry in `configs` below is
+// checked with each of its entries; a kind without one is checked with its defaults on a flat
+// [5] input, and if that cannot be built (a required key, several inputs, a spatial input) the
+// test fails until someone adds an entry. Stale entries (no such kind) fail too.
 //
 // Model per configuration:  input -> x: leaky_relu(slope 1) -> <layer(s) under test>
 // leaky_relu with slope 1 is the identity, and unlike the model input (whose grad is NULL by
-// design) its output has a gradient buffer, so dL/dx is what the layer under test hands back.
-// L = sum(out * R) for a fixed random R, so dL/dout = R.
+// design) its output has a gradient buffer, so x.grad is what the layers under test hand back.
+// L = sum(out * R) for a fixed random R, so dL/dout = R; forward runs in training mode.
 #include "testlib.h"
+
+#include <ctype.h>
 
 #define BATCH 3       // rows run
 #define CAPACITY 4    // rows planned: the spare row holds NaN and must never be read
@@ -20,18 +23,64 @@
 
 typedef struct {
     const char *kind;    // layer kind name
-    const char *layers;  // the layers under test (the last one is the model output); input is "x"
+    const char *layers;  // the layers under test (the last one, of this kind, is the model output);
+                         // "x" names the identity layer in front of them
     gl_shape input;      // per-sample model input shape; ndim 0: [5]
+    float eps;           // finite-difference step; 0: EPS (max_pool needs one below the input spacing)
 } gc_config;
 
-// Configurations by kind name. Kinds whose keys all have defaults need no entry (they are
-// checked with "{type: <kind>}") but may add some to cover non-default keys.
+#define FLAT {0, {0}}
+#define S1(a) {1, {a}}
+#define S2(a, b) {2, {a, b}}
+#define S3(a, b, c) {3, {a, b, c}}
+#define S4(a, b, c, d) {4, {a, b, c, d}}
+
+// Configurations by kind name: odd sizes, non-default keys, 2D and 3D maps.
 static const gc_config configs[] = {
-    {"dense", "    - {type: dense, units: 7}\n", {0}},
-    {"dense", "    - {type: dense, units: 7, bias: false}\n", {0}},
-    {"dense", "    - {type: dense, units: 1}\n", {2, {2, 3}}},  // flattens a [2, 3] input
-    {"leaky_relu", "    - {type: leaky_relu, slope: 0.2}\n", {0}},
-    {"leaky_relu", "    - {type: leaky_relu}\n", {0}},
+    {"dense", "    - {type: dense, units: 7}\n", FLAT, 0},
+    {"dense", "    - {type: dense, units: 7, bias: false}\n", FLAT, 0},
+    {"dense", "    - {type: dense, units: 1}\n", S2(2, 3), 0},  // flattens its input
+    {"relu", "    - {type: relu}\n", S3(2, 3, 4), 0},
+    {"leaky_relu", "    - {type: leaky_relu, slope: 0.2}\n", FLAT, 0},
+    {"leaky_relu", "    - {type: leaky_relu}\n", FLAT, 0},
+    {"tanh", "    - {type: tanh}\n", FLAT, 0},
+    {"sigmoid", "    - {type: sigmoid}\n", FLAT, 0},
+    {"gelu", "    - {type: gelu}\n", FLAT, 0},
+    {"max_pool", "    - {type: max_pool}\n", S3(2, 5, 4), 1e-3f},
+    {"max_pool", "    - {type: max_pool, kernel: 3, stride: 2, padding: 1}\n", S3(3, 5, 5), 1e-3f},
+    {"max_pool", "    - {type: max_pool, kernel: 2, stride: 1}\n", S4(2, 3, 3, 4), 1e-3f},
+    {"avg_pool", "    - {type: avg_pool, kernel: 3, stride: 2, padding: 1}\n", S3(2, 5, 4), 0},
+    {"avg_pool", "    - {type: avg_pool}\n", S4(2, 3, 4, 5), 0},
+    {"global_avg_pool", "    - {type: global_avg_pool}\n", S3(3, 2, 5), 0},
+    {"global_avg_pool", "    - {type: global_avg_pool}\n", S4(2, 3, 2, 3), 0},
+    {"batch_norm", "    - {type: batch_norm}\n", S1(3), 0},
+    {"batch_norm", "    - {type: batch_norm}\n", S3(3, 2, 5), 0},
+    {"batch_norm", "    - {type: batch_norm, affine: false, eps: 0.001}\n", S3(2, 3, 4), 0},
+    {"batch_norm", "    - {type: batch_norm, momentum: 0.5}\n", S4(2, 2, 3, 2), 0},
+    {"layer_norm", "    - {type: layer_norm}\n", FLAT, 0},
+    {"layer_norm", "    - {type: layer_norm}\n", S3(2, 3, 4), 0},
+    {"layer_norm", "    - {type: layer_norm, affine: false}\n", S1(7), 0},
+    {"dropout", "    - {type: dropout, rate: 0.3}\n", FLAT, 0},
+    {"dropout", "    - {type: dropout}\n", S3(2, 3, 4), 0},
+    {"scale", "    - {type: scale, factor: -1.5}\n", FLAT, 0},
+    {"flatten", "    - {type: flatten}\n", S3(2, 3, 4), 0},
+    {"add", "    - {type: dense, units: 5, name: y, inputs: x}\n    - {type: add, inputs: [x, y, x]}\n", FLAT, 0},
+    {"add", "    - {type: conv, filters: 2, padding: same, name: y, inputs: x}\n    - {type: add, inputs: [x, y]}\n",
+     S3(2, 3, 4), 0},
+    {"concat", "    - {type: tanh, name: y, inputs: x}\n    - {type: concat, inputs: [y, x, y]}\n", FLAT, 0},
+    {"concat", "    - {type: conv, filters: 3, kernel: 1, name: y, inputs: x}\n    - {type: concat, inputs: [x, y]}\n",
+     S3(2, 3, 4), 0},
+    {"upsample", "    - {type: upsample}\n", S3(2, 3, 4), 0},
+    {"upsample", "    - {type: upsample, factor: 3}\n", S4(2, 2, 1, 2), 0},
+    {"conv", "    - {type: conv, filters: 4}\n", S3(3, 6, 5), 0},
+    {"conv", "    - {type: conv, filters: 2, stride: 2, padding: same, bias: false}\n", S3(3, 7, 5), 0},
+    {"conv", "    - {type: conv, filters: 6, kernel: 2, dilation: 2, groups: 2, padding: 1}\n", S3(4, 5, 5), 0},
+    {"conv", "    - {type: conv, filters: 3, kernel: 2, stride: 2, padding: 1}\n", S4(2, 3, 4, 5), 0},
+    {"conv_transpose", "    - {type: conv_transpose, filters: 2, kernel: 3, stride: 2, padding: 1, output_padding: 1}\n",
+     S3(3, 3, 4), 0},
+    {"conv_transpose", "    - {type: conv_transpose, filters: 4, groups: 2, bias: false}\n", S3(2, 3, 3), 0},
+    {"conv_transpose", "    - {type: conv_transpose, filters: 3, kernel: 2, dilation: 2}\n", S3(2, 3, 3), 0},
+    {"conv_transpose", "    - {type: conv_transpose, filters: 2, kernel: 2, stride: 2}\n", S4(2, 2, 3, 2), 0},
 };
 #define NCONFIGS ((int)(sizeof configs / sizeof configs[0]))
 
@@ -53,41 +102,84 @@ static double loss_of(void *p)
     return l;
 }
 
-static int has_required_key(const layer_kind *k)
+// Magnitudes evenly spaced over [0.05, 1] in random order, with random signs: away from the kinks
+// of relu-like functions, and no two values closer than 0.95 / (n - 1), so a max_pool window's
+// winner does not change under a small enough step.
+static void fill_distinct(float *x, int64_t n, uint64_t stream)
 {
-    for (int j = 0; k->keys && k->keys[j].name; j++)
-        if (k->keys[j].flag == KF_REQUIRED) return 1;
-    return 0;
+    int64_t *perm = malloc(sizeof(int64_t) * (size_t)n);
+    assert_non_null(perm);
+    for (int64_t i = 0; i < n; i++) perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(TL_SEED, RNG_TEST, stream, (uint64_t)i, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float mag = 0.05f + 0.95f * (float)perm[i] / (float)(n > 1 ? n - 1 : 1);
+        x[i] = rng_uniform(TL_SEED, RNG_TEST, stream + 1, (uint64_t)i) < 0.5f ? -mag : mag;
+    }
+    free(perm);
 }
 
-// Checks one configuration; what names it in failure messages.
-static void gradcheck_config(const char *layers_under_test, gl_shape input, const char *what)
+// Copies s to dst with every whole word `from` (not part of a longer name) replaced by `to`.
+static void replace_word(char *dst, size_t len, const char *s, const char *from, const char *to)
+{
+    size_t k = 0, fl = strlen(from);
+    dst[0] = 0;
+    for (const char *p = s; *p && k + 1 < len;) {
+        int word = !strncmp(p, from, fl) && (p == s || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) &&
+                   !(isalnum((unsigned char)p[fl]) || p[fl] == '_');
+        if (word) {
+            k += (size_t)snprintf(dst + k, len - k, "%s", to);
+            p += fl;
+        } else {
+            dst[k++] = *p++;
+            dst[k] = 0;
+        }
+    }
+}
+
+// Checks one configuration of kind k; what names it in failure messages. direct: without the
+// identity layer, so the layers under test read the model input (whose grad is NULL) instead of
+// x; only the parameter gradients are checked then.
+static void gradcheck_config(const layer_kind *k, const char *layers_under_test, gl_shape input, float eps,
+                             const char *what, int direct)
 {
     char layers[1024];
-    snprintf(layers, sizeof layers, "%s%s", prefix, layers_under_test);
+    if (direct) replace_word(layers, sizeof layers, layers_under_test, "x", "input");
+    else snprintf(layers, sizeof layers, "%s%s", prefix, layers_under_test);
     if (input.ndim == 0) input = shape_1d(5);
+    if (eps == 0) eps = EPS;
     tl_model m;
-    tl_model_build(&m, layers, input, CAPACITY);
+    char *errors = NULL;
+    if (tl_model_try(&m, layers, input, CAPACITY, &errors) != 0) {
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", errors);
+        free(errors);
+        fail_msg("%s: the gradient-check model does not build; add or fix an entry for '%s' in "
+                 "test_gradcheck.c's configs[]:\n%s",
+                 what, k->name, copy);
+    }
     gl_graph *g = &m.g;
-    int ix = tl_layer(g, "x");
-    assert_int_equal(ix, 0);
-    gl_tensor *x = &g->layers[ix].out;
+    if (!direct) assert_int_equal(tl_layer(g, "x"), 0);
+    if (g->layers[g->nlayers - 1].kind != k) fail_msg("%s: the last layer is not a %s", what, k->name);
+    gl_tensor *x = direct ? &g->input : &g->layers[0].out;
     gl_tensor *out = graph_output(g);
-    assert_true(g->nlayers >= 2);
 
-    // Data: inputs away from kinks, spare row NaN; params uniform in [-1, 1).
-    tl_fill_away_from_zero(g->input.data, BATCH * g->input.size, 0.05f, 1.0f, 1);
+    // Data: distinct inputs away from kinks, spare row NaN; params uniform in [-1, 1).
+    fill_distinct(g->input.data, BATCH * g->input.size, 1);
     for (int64_t i = BATCH * g->input.size; i < CAPACITY * g->input.size; i++) g->input.data[i] = NAN;
-    tl_fill_uniform(g->params, g->nparams, -1.0f, 1.0f, 2);
+    tl_fill_uniform(g->params, g->nparams, -1.0f, 1.0f, 3);
     float *r = malloc(sizeof(float) * (size_t)(BATCH * out->size));
     assert_non_null(r);
-    tl_fill_uniform(r, BATCH * out->size, -1.0f, 1.0f, 3);
+    tl_fill_uniform(r, BATCH * out->size, -1.0f, 1.0f, 4);
     gc_ctx c = {g, r};
 
     // Analytic: forward, out.grad = R, backward.
     double l0 = loss_of(&c);
     if (!isfinite(l0) || graph_first_nonfinite(g, BATCH) >= 0)
-        fail_msg("%s: non-finite forward (the spare row beyond n leaked into rows [0, n)?)", what);
+        fail_msg("%s: non-finite forward (did the spare row beyond n leak into rows [0, n)?)", what);
     memcpy(out->grad, r, sizeof(float) * (size_t)(BATCH * out->size));
     // Garbage in every gradient a layer must overwrite or that graph_backward must clear.
     for (int64_t i = 0; i < g->nparams; i++) g->grads[i] = 1e6f;
@@ -100,15 +192,19 @@ static void gradcheck_config(const char *layers_under_test, gl_shape input, cons
     float *dp = malloc(sizeof(float) * (size_t)(g->nparams ? g->nparams : 1));
     double *num = malloc(sizeof(double) * (size_t)(nx > g->nparams ? nx : g->nparams));
     assert_true(dx && dp && num);
-    memcpy(dx, x->grad, sizeof(float) * (size_t)nx);
     memcpy(dp, g->grads, sizeof(float) * (size_t)g->nparams);
-
-    // dL/dx: x is the identity of the input, so perturbing the input perturbs x exactly.
-    tl_fd_grad(g->input.data, nx, EPS, loss_of, &c, num);
     char name[256];
-    snprintf(name, sizeof name, "%s: dL/d(layer input)", what);
-    double mx = tl_check_grad(name, dx, num, nx, RTOL, ATOL);
-    if (mx < 1e-3) fail_msg("%s: the loss does not depend on the layer's input (max |dL/dx| = %g)", what, mx);
+    double mx;
+    if (direct) {
+        assert_null(g->input.grad);
+    } else {
+        // dL/dx: x is the identity of the input, so perturbing the input perturbs x exactly.
+        memcpy(dx, x->grad, sizeof(float) * (size_t)nx);
+        tl_fd_grad(g->input.data, nx, eps, loss_of, &c, num);
+        snprintf(name, sizeof name, "%s: dL/dx", what);
+        mx = tl_check_grad(name, dx, num, nx, RTOL, ATOL);
+        if (mx < 1e-3) fail_msg("%s: the loss does not depend on the layers' input (max |dL/dx| = %g)", what, mx);
+    }
 
     // Every parameter tensor of every layer (x has none).
     int64_t seen = 0;
@@ -117,7 +213,7 @@ static void gradcheck_config(const char *layers_under_test, gl_shape input, cons
         for (int p = 0; p < l->nparams; p++) {
             const gl_param *pp = &l->params[p];
             assert_true(pp->offset >= 0 && pp->offset + pp->size <= g->nparams);
-            tl_fd_grad(g->params + pp->offset, pp->size, EPS, loss_of, &c, num);
+            tl_fd_grad(g->params + pp->offset, pp->size, eps, loss_of, &c, num);
             snprintf(name, sizeof name, "%s: %s.%s", what, l->cfg->name, pp->name);
             mx = tl_check_grad(name, dp + pp->offset, num, pp->size, RTOL, ATOL);
             if (mx < 1e-3) fail_msg("%s: the loss does not depend on it", name);
@@ -125,8 +221,8 @@ static void gradcheck_config(const char *layers_under_test, gl_shape input, cons
         }
     }
     assert_int_equal(seen, g->nparams);
-    // The finite differences must not have disturbed the state: the same loss again.
-    assert_true(fabs(loss_of(&c) - l0) <= 1e-9 * (1.0 + fabs(l0)));
+    // The finite differences left the state as it was: the same loss again.
+    if (!(fabs(loss_of(&c) - l0) <= 1e-9 * (1.0 + fabs(l0)))) fail_msg("%s: forward is not repeatable", what);
 
     free(num);
     free(dp);
@@ -139,7 +235,6 @@ static void test_every_layer_kind_passes_gradcheck(void **state)
 {
     (void)state;
     assert_true(layer_kind_count() > 0);
-    // Every entry names a registered kind (a stale entry would silently check nothing).
     for (int e = 0; e < NCONFIGS; e++)
         if (!layer_kind_find(configs[e].kind))
             fail_msg("configs[%d] names '%s', which is not a registered layer kind", e, configs[e].kind);
@@ -154,19 +249,17 @@ static void test_every_layer_kind_passes_gradcheck(void **state)
             if (strcmp(configs[e].kind, k->name)) continue;
             char what[128];
             snprintf(what, sizeof what, "%s (configs[%d])", k->name, e);
-            gradcheck_config(configs[e].layers, configs[e].input, what);
+            gradcheck_config(k, configs[e].layers, configs[e].input, configs[e].eps, what, 0);
+            snprintf(what, sizeof what, "%s (configs[%d], reading the model input)", k->name, e);
+            gradcheck_config(k, configs[e].layers, configs[e].input, configs[e].eps, what, 1);
             n++;
         }
         if (n == 0) {
-            if (has_required_key(k) || k->min_inputs > 1)
-                fail_msg("layer kind '%s' has a required key or several inputs but no entry in "
-                         "test_gradcheck.c's configs[]: add one so its backward is checked",
-                         k->name);
-            char layer[128];
+            char layer[128], what[128];
             snprintf(layer, sizeof layer, "    - {type: %s}\n", k->name);
-            char what[128];
-            snprintf(what, sizeof what, "%s (defaults)", k->name);
-            gradcheck_config(layer, (gl_shape){0}, what);
+            snprintf(what, sizeof what, "%s (no configs[] entry: defaults on a [5] input)", k->name);
+            gradcheck_config(k, layer, (gl_shape){0, {0}}, 0, what, 0);
+            gradcheck_config(k, layer, (gl_shape){0, {0}}, 0, what, 1);
             n++;
         }
         checked += n;
@@ -188,68 +281,99 @@ static void test_dense_bias_false_has_only_a_weight(void **state)
     tl_model_free(&m);
 }
 
-// ---- softmax cross-entropy ------------------------------------------------------------------
+// ---- losses ---------------------------------------------------------------------------------
 
 typedef struct {
-    int64_t n, c;
+    int64_t n, c, s;
     float *logits;
     const int32_t *labels;
+    const float *weights;
 } xent_ctx;
 
 static double xent_loss(void *p)
 {
     xent_ctx *x = p;
-    return backend_cpu()->softmax_xent(x->n, x->c, x->logits, x->labels, NULL, NULL);
+    return backend_cpu()->softmax_xent(x->n, x->c, x->s, x->logits, x->labels, x->weights, NULL);
+}
+
+// Gradient check of one softmax_xent configuration; logits (n, c, s) random in [-3, 3).
+static void check_xent(int64_t n, int64_t c, int64_t s, const int32_t *labels, const float *weights)
+{
+    int64_t count = n * c * s;
+    float *logits = malloc(sizeof(float) * (size_t)count), *d = malloc(sizeof(float) * (size_t)count);
+    double *num = malloc(sizeof(double) * (size_t)count);
+    assert_true(logits && d && num);
+    tl_fill_uniform(logits, count, -3.0f, 3.0f, (uint64_t)(10 + s));
+    for (int64_t i = 0; i < count; i++) d[i] = NAN;  // must be overwritten
+    double l = backend_cpu()->softmax_xent(n, c, s, logits, labels, weights, d);
+    assert_true(isfinite(l) && l > 0.0);
+    xent_ctx x = {n, c, s, logits, labels, weights};
+    assert_true(fabs(xent_loss(&x) - l) < 1e-12);  // dlogits NULL gives the same loss
+    tl_fd_grad(logits, count, 1e-3f, xent_loss, &x, num);
+    char what[64];
+    snprintf(what, sizeof what, "dL/dlogits (n=%lld c=%lld s=%lld%s)", (long long)n, (long long)c, (long long)s,
+             weights ? ", weighted" : "");
+    double mx = tl_check_grad(what, d, num, count, 5e-3, 1e-5);
+    assert_true(mx > 1e-2);
+    // At each position the gradient over the channels sums to zero.
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t p = 0; p < s; p++) {
+            double sum = 0.0;
+            for (int64_t j = 0; j < c; j++) sum += d[(i * c + j) * s + p];
+            assert_true(fabs(sum) < 1e-6);
+        }
+    free(num);
+    free(d);
+    free(logits);
 }
 
 static void test_softmax_xent_gradient(void **state)
 {
     (void)state;
-    enum { N = 3, C = 5 };
-    float logits[N * C], d[N * C];
-    double num[N * C];
-    const int32_t labels[N] = {0, 4, 2};
-    tl_fill_uniform(logits, N * C, -3.0f, 3.0f, 10);
-    for (int i = 0; i < N * C; i++) d[i] = NAN;  // must be overwritten
-    int64_t correct = -1;
-    double l = backend_cpu()->softmax_xent(N, C, logits, labels, d, &correct);
-    assert_true(isfinite(l) && l > 0.0);
-    assert_true(correct >= 0 && correct <= N);
-    xent_ctx c = {N, C, logits, labels};
-    assert_true(fabs(xent_loss(&c) - l) < 1e-12);  // dlogits NULL gives the same loss
-    tl_fd_grad(logits, N * C, 1e-3f, xent_loss, &c, num);
-    double mx = tl_check_grad("dL/dlogits", d, num, N * C, 5e-3, 1e-5);
-    assert_true(mx > 1e-2);
-    // Each row of (p - onehot) / N sums to zero.
-    for (int i = 0; i < N; i++) {
-        double s = 0.0;
-        for (int j = 0; j < C; j++) s += d[i * C + j];
-        assert_true(fabs(s) < 1e-6);
-    }
+    const int32_t labels[3] = {0, 4, 2};
+    check_xent(3, 5, 1, labels, NULL);
+    // Masks: (N, C, S) logits, (N, S) labels, class weights.
+    const int32_t mask[2 * 5] = {0, 1, 2, 2, 1, 0, 0, 2, 1, 1};
+    const float w[3] = {0.5f, 2.0f, 1.0f};
+    check_xent(2, 3, 5, mask, NULL);
+    check_xent(2, 3, 5, mask, w);
 }
 
 static void test_softmax_xent_hand_computed(void **state)
 {
     (void)state;
     // Row 0: logits (1, 2, 3), label 2: loss = log(e + e^2 + e^3) - 3 = log(1 + e^-1 + e^-2)
-    //        p = (0.09003057317038046, 0.24472847105479767, 0.6652409557748219); argmax 2: a hit.
+    //        p = (0.09003057317038046, 0.24472847105479767, 0.6652409557748219)
     // Row 1: logits (2, 0, 0), label 1: loss = log(e^2 + 2) = 2.2395447662218846
-    //        p = (0.7869860421615985, 0.10650697891920075, 0.10650697891920075); argmax 0: a miss.
+    //        p = (0.7869860421615985, 0.10650697891920075, 0.10650697891920075)
     const float logits[6] = {1, 2, 3, 2, 0, 0};
     const int32_t labels[2] = {2, 1};
-    float d[6];
-    int64_t correct = -1;
-    double l = backend_cpu()->softmax_xent(2, 3, logits, labels, d, &correct);
     const double l0 = 0.4076059644443804, l1 = 2.2395447662218846;
+    const double p[6] = {0.09003057317038046, 0.24472847105479767, 0.6652409557748219,
+                         0.7869860421615985,  0.10650697891920075, 0.10650697891920075};
+    float d[6];
+    double l = backend_cpu()->softmax_xent(2, 3, 1, logits, labels, NULL, d);
     assert_true(fabs(l - (l0 + l1) / 2.0) < 1e-9);
-    assert_int_equal(correct, 1);
-    const double want[6] = {0.09003057317038046 / 2,        0.24472847105479767 / 2,
-                            (0.6652409557748219 - 1.0) / 2, 0.7869860421615985 / 2,
-                            (0.10650697891920075 - 1.0) / 2, 0.10650697891920075 / 2};
-    for (int i = 0; i < 6; i++)
-        if (fabs(d[i] - want[i]) > 1e-6) fail_msg("dlogits[%d] = %.9g, want %.9g", i, d[i], want[i]);
+    for (int i = 0; i < 6; i++) {
+        double want = (p[i] - (i == 2 || i == 4 ? 1.0 : 0.0)) / 2.0;  // (p - onehot) / N
+        if (fabs(d[i] - want) > 1e-6) fail_msg("dlogits[%d] = %.9g, want %.9g", i, d[i], want);
+    }
     // One row alone: the mean over N = 1.
-    assert_true(fabs(backend_cpu()->softmax_xent(1, 3, logits, labels, NULL, NULL) - l0) < 1e-9);
+    assert_true(fabs(backend_cpu()->softmax_xent(1, 3, 1, logits, labels, NULL, NULL) - l0) < 1e-9);
+    // Class weights w = (1, 3, 1): sum w[y] nll / sum w[y] = (1 l0 + 3 l1) / 4 (PyTorch's
+    // CrossEntropyLoss(weight=w)); the gradient is w[y] (p - onehot) / sum w[y].
+    const float w[3] = {1, 3, 1};
+    l = backend_cpu()->softmax_xent(2, 3, 1, logits, labels, w, d);
+    assert_true(fabs(l - (l0 + 3 * l1) / 4.0) < 1e-9);
+    for (int i = 0; i < 6; i++) {
+        double wy = i < 3 ? 1.0 : 3.0;
+        double want = wy * (p[i] - (i == 2 || i == 4 ? 1.0 : 0.0)) / 4.0;
+        if (fabs(d[i] - want) > 1e-6) fail_msg("weighted dlogits[%d] = %.9g, want %.9g", i, d[i], want);
+    }
+    // The same two rows as one sample with S = 2 positions: channels are strided by S.
+    const float spatial[6] = {1, 2, 2, 0, 3, 0};  // (C=3, S=2): position 0 is row 0, position 1 row 1
+    assert_true(fabs(backend_cpu()->softmax_xent(1, 3, 2, spatial, labels, NULL, d) - (l0 + l1) / 2.0) < 1e-9);
+    assert_true(fabs(d[4] - (p[2] - 1.0) / 2.0) < 1e-6 && fabs(d[3] - (p[4] - 1.0) / 2.0) < 1e-6);
 }
 
 static void test_softmax_xent_large_logits_stay_finite(void **state)
@@ -258,13 +382,50 @@ static void test_softmax_xent_large_logits_stay_finite(void **state)
     const float logits[6] = {1000, 0, -1000, -1000, 0, 1000};
     const int32_t labels[2] = {0, 1};
     float d[6];
-    int64_t correct = 0;
-    double l = backend_cpu()->softmax_xent(2, 3, logits, labels, d, &correct);
+    double l = backend_cpu()->softmax_xent(2, 3, 1, logits, labels, NULL, d);
     // Row 0 is certain and right (loss 0); row 1 is certain and wrong by 1000.
     assert_true(fabs(l - 500.0) < 1e-6);
-    assert_int_equal(correct, 1);
     for (int i = 0; i < 6; i++) assert_true(isfinite(d[i]));
     assert_true(fabs(d[0]) < 1e-6 && fabs(d[4] + 0.5) < 1e-6 && fabs(d[5] - 0.5) < 1e-6);
+}
+
+typedef struct {
+    int kind;
+    int64_t count;
+    float *pred;
+    const float *target;
+} reg_ctx;
+
+static double reg_loss(void *p)
+{
+    reg_ctx *r = p;
+    return backend_cpu()->regression_loss(r->kind, r->count, r->pred, r->target, NULL);
+}
+
+static void test_regression_losses(void **state)
+{
+    (void)state;
+    // By hand: pred (1, 2, 3), target (0, 2, 5): errors (1, 0, -2).
+    const float pred[3] = {1, 2, 3}, target[3] = {0, 2, 5};
+    float d[3];
+    assert_true(fabs(backend_cpu()->regression_loss(LOSS_MSE, 3, pred, target, d) - 5.0 / 3.0) < 1e-12);
+    assert_true(fabsf(d[0] - 2.0f / 3.0f) < 1e-7f && d[1] == 0.0f && fabsf(d[2] + 4.0f / 3.0f) < 1e-7f);
+    assert_true(fabs(backend_cpu()->regression_loss(LOSS_L1, 3, pred, target, d) - 1.0) < 1e-12);
+    assert_true(fabsf(d[0] - 1.0f / 3.0f) < 1e-7f && d[1] == 0.0f && fabsf(d[2] + 1.0f / 3.0f) < 1e-7f);
+    // Finite differences, with errors kept away from L1's kink.
+    enum { M = 11 };
+    float p[M], t[M], g[M];
+    double num[M];
+    tl_fill_uniform(t, M, -1, 1, 90);
+    tl_fill_away_from_zero(p, M, 0.05f, 1.0f, 91);
+    for (int i = 0; i < M; i++) p[i] += t[i];
+    const int kinds[2] = {LOSS_MSE, LOSS_L1};
+    for (int k = 0; k < 2; k++) {
+        backend_cpu()->regression_loss(kinds[k], M, p, t, g);
+        reg_ctx r = {kinds[k], M, p, t};
+        tl_fd_grad(p, M, 1e-3f, reg_loss, &r, num);
+        tl_check_grad(k ? "L1 dpred" : "MSE dpred", g, num, M, 5e-3, 1e-5);
+    }
 }
 
 // ---- dense kernels against naive loops -------------------------------------------------------
@@ -373,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_softmax_xent_gradient),
         cmocka_unit_test(test_softmax_xent_hand_computed),
         cmocka_unit_test(test_softmax_xent_large_logits_stay_finite),
+        cmocka_unit_test(test_regression_losses),
         cmocka_unit_test(test_dense_forward_matches_naive_loops),
         cmocka_unit_test(test_dense_backward_overwrites_dw_and_accumulates_dx),
         cmocka_unit_test(test_act_backward_accumulates),

@@ -1,9 +1,20 @@
 // cpu_backend.c: the CPU backend's table. BLAS does the GEMM-shaped work on its own threads.
 #include <omp.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
 void openblas_set_num_threads(int num_threads);
+
+// libgomp reads OMP_WAIT_POLICY once, in its own constructor, before main(). Spinning idle
+// threads suit an idle, dedicated node but are ruinous where cores are shared (a node running
+// two jobs, ctest -j2, a login node): the 2-core quickstart took 60 s spinning and 1 s sleeping.
+// So this constructor, ordered before libgomp's (priority 101 runs before unprioritised ones),
+// picks "passive" when OMP_WAIT_POLICY is unset; OMP_WAIT_POLICY=active overrides it. It lives
+// here because this file is always linked.
+__attribute__((constructor(101))) static void cpu_omp_default_passive(void) {
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+}
 
 // OpenBLAS threads run inside sgemm, OpenMP threads in galley's own loops; they never nest.
 static void cpu_set_threads(int threads) {
@@ -18,10 +29,32 @@ static const gl_backend cpu = {
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
     .softmax_xent = cpu_softmax_xent,
+    .regression_loss = cpu_regression_loss,
     .set_threads = cpu_set_threads,
     // (begin conv region)
+    .conv_forward = cpu_conv_forward,
+    .conv_backward = cpu_conv_backward,
+    .conv_transpose_forward = cpu_conv_transpose_forward,
+    .conv_transpose_backward = cpu_conv_transpose_backward,
     // (end conv region)
     // (begin pool-norm region)
+    .max_pool_forward = cpu_max_pool_forward,
+    .max_pool_backward = cpu_max_pool_backward,
+    .avg_pool_forward = cpu_avg_pool_forward,
+    .avg_pool_backward = cpu_avg_pool_backward,
+    .global_avg_pool_forward = cpu_global_avg_pool_forward,
+    .global_avg_pool_backward = cpu_global_avg_pool_backward,
+    .batch_norm_forward = cpu_batch_norm_forward,
+    .batch_norm_backward = cpu_batch_norm_backward,
+    .layer_norm_forward = cpu_layer_norm_forward,
+    .layer_norm_backward = cpu_layer_norm_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .scale = cpu_scale,
+    .axpy = cpu_axpy,
+    .copy_rows = cpu_copy_rows,
+    .upsample_forward = cpu_upsample_forward,
+    .upsample_backward = cpu_upsample_backward,
     // (end pool-norm region)
 };
 

@@ -11,12 +11,63 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
                         float *db, float *dx);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
-double cpu_softmax_xent(int64_t n, int64_t c, const float *logits, const int32_t *labels, float *dlogits,
-                        int64_t *correct);
+double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
+                        const float *weights, float *dlogits);
+double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
 
 // (begin conv region)
+void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                      const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                      const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
+void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                       const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
+                       int64_t scratch_floats);
+void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                float *scratch, int64_t scratch_floats);
+void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                 const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+                                 float *db, float *dx, float *scratch, int64_t scratch_floats);
+// Test hook: at most `samples` samples per im2col chunk (0, the default: as many as scratch holds).
+void cpu_conv_set_chunk_cap(int64_t samples);
 // (end conv region)
 // (begin pool-norm region)
+// Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a
+// parallel region costs more. Results are the same either way.
+#define CPU_PAR_MIN_WORK 32768
+// cpu_pool.c
+void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                          const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
+void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                           const float *dy, float *dx);
+void cpu_avg_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                          const int s[3], const int p[3], const float *x, float *y);
+void cpu_avg_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                           const int s[3], const int p[3], const float *dy, float *dx);
+void cpu_global_avg_pool_forward(int64_t n, int64_t c, int64_t s, const float *x, float *y);
+void cpu_global_avg_pool_backward(int64_t n, int64_t c, int64_t s, const float *dy, float *dx);
+// cpu_norm.c
+void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                            float eps, int train, float momentum, float *running, float *saved, float *y);
+void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
+                             const float *saved, float *dgamma, float *dbeta, float *dx);
+void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
+                            float *saved, float *y);
+void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *dy, const float *gamma,
+                             const float *saved, float *dgamma, float *dbeta, float *dx);
+// cpu_misc.c
+void cpu_dropout_forward(int64_t count, float rate, int train, uint64_t seed, uint64_t step, uint64_t base,
+                         const float *x, float *mask, float *y);
+void cpu_dropout_backward(int64_t count, const float *mask, const float *dy, float *dx);
+void cpu_scale(int64_t count, float a, const float *x, float *y);
+void cpu_axpy(int64_t count, float a, const float *x, float *y);
+void cpu_copy_rows(int64_t rows, int64_t len, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                   int accumulate);
+void cpu_upsample_forward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *x, float *y);
+void cpu_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy, float *dx);
 // (end pool-norm region)
 
 #endif

@@ -2,30 +2,65 @@
 #include <math.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/recipe.h"
 
-// logits is (N,C), labels is (N) in [0,C), dlogits is (N,C) or NULL.
-// Returns the mean over N of -log softmax(logits)[label]; counts argmax hits in *correct.
-double cpu_softmax_xent(int64_t n, int64_t c, const float *logits, const int32_t *labels, float *dlogits,
-                        int64_t *correct) {
-    double total = 0.0;
-    int64_t hits = 0;
+// logits is (N,C,S), labels is (N,S) in [0,C), weights is (C) or NULL, dlogits is (N,C,S) or NULL.
+// Each (sample, position) pair is independent, so the loop parallelises; the sums are reduced
+// per sample first and then in sample order, so the result does not depend on the thread count.
+double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
+                        const float *weights, float *dlogits) {
+    double total = 0.0, wsum = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        const float *z = logits + i * c;
-        int64_t arg = 0;
-        float mx = z[0];
-        for (int64_t j = 1; j < c; j++)
-            if (z[j] > mx) mx = z[j], arg = j;
-        double sum = 0.0;
-        for (int64_t j = 0; j < c; j++) sum += exp((double)z[j] - mx);  // shifted: no overflow
-        double logsum = log(sum) + mx;
-        total += logsum - z[labels[i]];
-        hits += arg == labels[i];
-        if (dlogits) {
-            float *d = dlogits + i * c;
-            for (int64_t j = 0; j < c; j++) d[j] = (float)(exp((double)z[j] - logsum) / (double)n);
-            d[labels[i]] -= 1.0f / (float)n;
+        for (int64_t p = 0; p < s; p++) {
+            const float *z = logits + i * c * s + p;  // stride s between channels
+            int32_t y = labels[i * s + p];
+            double w = weights ? weights[y] : 1.0;
+            float mx = z[0];
+            for (int64_t j = 1; j < c; j++) mx = z[j * s] > mx ? z[j * s] : mx;
+            double sum = 0.0;
+            for (int64_t j = 0; j < c; j++) sum += exp((double)z[j * s] - mx);  // shifted: no overflow
+            double logsum = log(sum) + mx;
+            total += w * (logsum - z[y * s]);
+            wsum += w;
         }
     }
-    if (correct) *correct = hits;
-    return n ? total / (double)n : 0.0;
+    if (dlogits) {
+        // d/dz of sum w*nll / sum w: w[y] * (softmax - onehot) / sum w.
+        double inv = wsum > 0 ? 1.0 / wsum : 0.0;
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) {
+            for (int64_t p = 0; p < s; p++) {
+                const float *z = logits + i * c * s + p;
+                float *d = dlogits + i * c * s + p;
+                int32_t y = labels[i * s + p];
+                double w = weights ? weights[y] : 1.0;
+                float mx = z[0];
+                for (int64_t j = 1; j < c; j++) mx = z[j * s] > mx ? z[j * s] : mx;
+                double sum = 0.0;
+                for (int64_t j = 0; j < c; j++) sum += exp((double)z[j * s] - mx);
+                for (int64_t j = 0; j < c; j++) d[j * s] = (float)(w * inv * exp((double)z[j * s] - mx) / sum);
+                d[y * s] -= (float)(w * inv);
+            }
+        }
+    }
+    return wsum > 0 ? total / wsum : 0.0;
+}
+
+// pred, target and dpred are (count); returns the mean error.
+double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred) {
+    double total = 0.0;
+    const double inv = count ? 1.0 / (double)count : 0.0;
+    for (int64_t i = 0; i < count; i++) {
+        double e = (double)pred[i] - (double)target[i];
+        total += kind == LOSS_MSE ? e * e : fabs(e);
+    }
+    if (dpred) {
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < count; i++) {
+            double e = (double)pred[i] - (double)target[i];
+            // L1's gradient at e == 0 is 0, as torch.sign gives.
+            dpred[i] = (float)(kind == LOSS_MSE ? 2.0 * e * inv : (e > 0 ? inv : e < 0 ? -inv : 0.0));
+        }
+    }
+    return total * inv;
 }

@@ -1,0 +1,55 @@
+// loss.h: the recipe's loss on the model output, and the validation metrics.
+#ifndef GALLEY_LOSS_H
+#define GALLEY_LOSS_H
+
+#include <stdio.h>
+
+#include "galley/backend.h"
+#include "galley/data.h"
+#include "galley/recipe.h"
+#include "galley/tensor.h"
+
+typedef struct {
+    int kind;             // LOSS_*
+    int64_t classes;      // softmax_cross_entropy: channels of the output
+    int64_t positions;    // softmax_cross_entropy: positions per sample (1, or the mask's pixels)
+    int64_t tsize;        // target elements per sample
+    const float *weights; // class weights or NULL
+    float weight_buf[GL_MAX_FLOATS];
+} gl_loss;
+
+void loss_init(gl_loss *l, const recipe_t *r, const gl_dataset *d);
+// Loss of rows [0, n) of out against the targets; writes d(loss)/d(out) into dout unless NULL.
+double loss_compute(const gl_loss *l, const gl_backend *be, const gl_tensor *out, int64_t n, const int32_t *labels,
+                    const float *values, float *dout);
+
+#define GL_MAX_IOU_CLASSES 64
+
+// Running sums over an evaluation pass.
+typedef struct {
+    gl_target_kind target;
+    int64_t classes, tsize;
+    double loss_sum;
+    int64_t samples;
+    int64_t hits, hits5, positions;   // argmax == label (per sample or per pixel), label in top 5
+    double abs_sum;                   // regression
+    int64_t values;
+    int64_t inter[GL_MAX_IOU_CLASSES], uni[GL_MAX_IOU_CLASSES];
+} gl_metrics;
+
+void metrics_init(gl_metrics *m, const gl_dataset *d);
+void metrics_reset(gl_metrics *m);
+// Adds rows [0, n) of out; loss is their mean loss.
+void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
+                 double loss);
+// The value of METRIC_* (accuracy, top5, loss, mae, mean_iou); NAN where it does not apply.
+double metrics_value(const gl_metrics *m, int metric);
+// Whether METRIC_* applies to this kind of target.
+int metrics_applies(gl_target_kind target, int metric);
+const char *metrics_name(int metric);
+// "loss 0.1234  acc 0.9500" with the metrics that apply to the target.
+void metrics_format(const gl_metrics *m, char *buf, size_t len);
+// Per-class IoU line for segmentation ("iou 0.91 0.42 0.30"); empty otherwise.
+void metrics_format_iou(const gl_metrics *m, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,370 @@
+// cpu_conv.c: convolution and transposed convolution as im2col (vol2col) + OpenBLAS sgemm.
+//
+// Everything is 3D: a 2D map is D = OD = 1 with a kernel of depth 1. Samples go through in
+// chunks of cs: the chunk's columns [C*KD*KH*KW, cs*P] (P output positions per sample) and its
+// output in GEMM order [F, cs*P] live in the layer's scratch, so one sgemm per group covers the
+// whole chunk; the output is then copied to (N, F, P) order. A chunk of one sample writes
+// straight into the tensors. A 1x1x1 kernel with stride 1, no padding and equal sizes needs no
+// columns at all: the input is its own column matrix. Backward recomputes the columns.
+//
+// A transposed convolution is the input gradient of the convolution that maps its output
+// shape back to its input shape (weight [C_in, C_out/G, k...] is that convolution's
+// [F, C/G, k...]), so its forward is conv's dx and its backward is conv's forward and dW.
+//
+// Threads: sgemm runs its own (OpenBLAS) threads and is never called inside an OpenMP region;
+// im2col, col2im and the copies are OpenMP loops in which every output element is written by
+// one thread in a fixed order, so results do not depend on the thread count.
+#include <cblas.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "galley/check.h"
+
+// A convolution's geometry, in the forward direction (x: input, y: output).
+typedef struct {
+    int64_t c, f, groups;   // input channels, output channels, groups
+    int64_t in[3], out[3];  // {D, H, W} of x and y
+    int64_t k[3], s[3], d[3], p[3];
+    int64_t in_pos, out_pos, taps;  // D*H*W, OD*OH*OW, KD*KH*KW
+    int64_t cg, fg, kg;             // per group: C/G, F/G, C/G * taps (a column block's rows)
+    bool direct;                    // 1x1x1, stride 1, unpadded, equal sizes: x is its own columns
+} cv_geom;
+
+static int64_t chunk_cap;  // test hook: at most this many samples per chunk (0: no cap)
+
+void cpu_conv_set_chunk_cap(int64_t samples) { chunk_cap = samples; }
+
+static cv_geom geom_make(int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                         const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3]) {
+    cv_geom g = {.c = c, .f = f, .groups = groups, .in_pos = 1, .out_pos = 1, .taps = 1};
+    bool direct = true;
+    for (int i = 0; i < 3; i++) {
+        g.in[i] = in[i], g.out[i] = out[i], g.k[i] = k[i], g.s[i] = s[i], g.d[i] = d[i], g.p[i] = p[i];
+        g.in_pos *= in[i], g.out_pos *= out[i], g.taps *= k[i];
+        direct = direct && k[i] == 1 && s[i] == 1 && p[i] == 0 && in[i] == out[i];
+    }
+    g.direct = direct;
+    GL_CHECK(groups >= 1 && c % groups == 0 && f % groups == 0, "conv groups must divide both channel counts");
+    g.cg = c / groups, g.fg = f / groups, g.kg = g.cg * g.taps;
+    return g;
+}
+
+// Samples per chunk: as many as scratch holds ((C*taps + F) * P floats each), at least one.
+static int64_t chunk_samples(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+    if (g->direct) return 1;
+    int64_t per = (g->c * g->taps + g->f) * g->out_pos;
+    GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
+    int64_t cs = scratch_floats / per;
+    if (cs > INT32_MAX / g->out_pos) cs = INT32_MAX / g->out_pos;  // sgemm's int dimensions
+    if (chunk_cap > 0 && cs > chunk_cap) cs = chunk_cap;
+    return cs < n ? cs : n;
+}
+
+// The longest reduction one sgemm call gets. OpenBLAS's threaded driver cuts K into blocks
+// differently from its single-threaded one once K exceeds its GEMM_Q (320 on AVX-512 CPUs; 128
+// to 768 across the x86-64 CPUs it targets), so the sums, and the results' last bits, would
+// depend on the thread count. A call with K <= 128 is one block either way. (Measured: cutting
+// a dW GEMM with K = 98304 into these blocks costs no visible time.)
+#define GEMM_K_BLOCK 128
+
+// c[M,N] = op(a) . op(b) + beta * c, row-major with leading dimensions; K in fixed blocks.
+static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                 int64_t ldb, float beta, float *c, int64_t ldc) {
+    for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += GEMM_K_BLOCK) {
+        int64_t kb = k - k0 < GEMM_K_BLOCK ? k - k0 : GEMM_K_BLOCK;
+        // op(a) is [M, K]: its column k0 is a + k0, or row k0 when transposed; likewise op(b)'s row k0.
+        const float *ak = a + (ta ? k0 * lda : k0), *bk = b + (tb ? k0 : k0 * ldb);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
+                    (blasint)n, (blasint)kb, 1.0f, ak, (blasint)lda, bk, (blasint)ldb, k0 ? 1.0f : beta, c,
+                    (blasint)ldc);
+    }
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return a > 0 ? (a + b - 1) / b : 0; }
+
+// The outputs o in [*lo, *hi) whose tap at offset off (= kernel index * dilation) reads inside
+// an input of size in: 0 <= o*s - p + off < in.
+static void valid_range(int64_t in, int64_t out, int64_t s, int64_t p, int64_t off, int64_t *lo, int64_t *hi) {
+    int64_t a = ceil_div(p - off, s), b = ceil_div(in + p - off, s);
+    if (b > out) b = out;
+    if (a > b) a = b;
+    *lo = a, *hi = b;
+}
+
+// x is (cs,C,D,H,W), col is [C*KD*KH*KW, cs*OD*OH*OW]: col[(c,kz,ky,kx)][(s,oz,oy,ox)] is the input
+// element tap (kz,ky,kx) of output (oz,oy,ox) reads, 0 in the padding.
+static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
+    const int64_t rows = g->c * g->taps, P = g->out_pos, OD = g->out[0], OH = g->out[1], OW = g->out[2];
+    const int64_t H = g->in[1], W = g->in[2];
+#pragma omp parallel for collapse(4) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t s = 0; s < cs; s++)
+            for (int64_t oz = 0; oz < OD; oz++)
+                for (int64_t oy = 0; oy < OH; oy++) {
+                    int64_t ch = r / g->taps, t = r % g->taps;
+                    int64_t kz = t / (g->k[1] * g->k[2]), ky = t / g->k[2] % g->k[1], kx = t % g->k[2];
+                    float *dst = col + (r * cs + s) * P + (oz * OH + oy) * OW;
+                    int64_t iz = oz * g->s[0] - g->p[0] + kz * g->d[0];
+                    int64_t iy = oy * g->s[1] - g->p[1] + ky * g->d[1];
+                    if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= H) {
+                        memset(dst, 0, sizeof(float) * (size_t)OW);
+                        continue;
+                    }
+                    const float *src = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
+                    int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
+                    valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+                    for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
+                    if (g->s[2] == 1 && hi > lo)
+                        memcpy(dst + lo, src + lo + off, sizeof(float) * (size_t)(hi - lo));
+                    else if (g->s[2] > 1)
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->s[2] + off];
+                    for (int64_t ox = hi; ox < OW; ox++) dst[ox] = 0.0f;
+                }
+}
+
+// col is [C*KD*KH*KW, cs*OD*OH*OW] (as im2col), x is (cs,C,D,H,W): x += col folded back, each
+// input element summing its taps in (kz,ky,kx) order. One input row per iteration, so no two
+// threads touch the same element.
+static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x) {
+    const int64_t P = g->out_pos, OD = g->out[0], OH = g->out[1], OW = g->out[2];
+    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];
+#pragma omp parallel for collapse(4) schedule(static)
+    for (int64_t s = 0; s < cs; s++)
+        for (int64_t ch = 0; ch < g->c; ch++)
+            for (int64_t iz = 0; iz < D; iz++)
+                for (int64_t iy = 0; iy < H; iy++) {
+                    float *row = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
+                    for (int64_t kz = 0; kz < g->k[0]; kz++) {
+                        int64_t nz = iz + g->p[0] - kz * g->d[0];  // = oz * stride
+                        if (nz < 0 || nz % g->s[0] || nz / g->s[0] >= OD) continue;
+                        for (int64_t ky = 0; ky < g->k[1]; ky++) {
+                            int64_t ny = iy + g->p[1] - ky * g->d[1];
+                            if (ny < 0 || ny % g->s[1] || ny / g->s[1] >= OH) continue;
+                            int64_t o = (nz / g->s[0] * OH + ny / g->s[1]) * OW;
+                            for (int64_t kx = 0; kx < g->k[2]; kx++) {
+                                int64_t r = ch * g->taps + (kz * g->k[1] + ky) * g->k[2] + kx;
+                                const float *src = col + (r * cs + s) * P + o;
+                                int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
+                                valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+                                for (int64_t ox = lo; ox < hi; ox++) row[ox * g->s[2] + off] += src[ox];
+                            }
+                        }
+                    }
+                }
+}
+
+// src is (cs,CH,P), dst is [CH, cs*P]: sample-major to GEMM order.
+static void to_gemm_order(int64_t cs, int64_t ch, int64_t P, const float *src, float *dst) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t c = 0; c < ch; c++)
+        for (int64_t s = 0; s < cs; s++)
+            memcpy(dst + (c * cs + s) * P, src + (s * ch + c) * P, sizeof(float) * (size_t)P);
+}
+
+// src is [CH, cs*P], dst is (cs,CH,P), b is (CH) or NULL: dst = src + b, or dst += src when add.
+static void from_gemm_order(int64_t cs, int64_t ch, int64_t P, const float *src, const float *b, bool add,
+                            float *dst) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t s = 0; s < cs; s++)
+        for (int64_t c = 0; c < ch; c++) {
+            const float *a = src + (c * cs + s) * P;
+            float *y = dst + (s * ch + c) * P, bias = b ? b[c] : 0.0f;
+            if (add)
+                for (int64_t i = 0; i < P; i++) y[i] += a[i];
+            else
+                for (int64_t i = 0; i < P; i++) y[i] = a[i] + bias;
+        }
+}
+
+// y is (cs,CH,P), b is (CH): y += b
+static void add_bias(int64_t cs, int64_t ch, int64_t P, const float *b, float *y) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t s = 0; s < cs; s++)
+        for (int64_t c = 0; c < ch; c++) {
+            float *row = y + (s * ch + c) * P;
+            for (int64_t i = 0; i < P; i++) row[i] += b[c];
+        }
+}
+
+// dy is (N,CH,P), db is (CH): db = the sum of dy over N and P (overwritten)
+static void bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db) {
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < ch; c++) {
+        double sum = 0.0;
+        for (int64_t s = 0; s < n; s++) {
+            const float *row = dy + (s * ch + c) * P;
+            for (int64_t i = 0; i < P; i++) sum += row[i];
+        }
+        db[c] = (float)sum;
+    }
+}
+
+// The chunk's columns: x itself (direct) or im2col into col. Returns them; *ld is their stride.
+static const float *columns(const cv_geom *g, int64_t m, const float *x, float *col, int64_t *ld) {
+    *ld = m * g->out_pos;
+    if (g->direct) return x;  // m == 1: x[C, P] is the column matrix
+    im2col(g, m, x, col);
+    return col;
+}
+
+// y[F, ld] (+)= W . cols, one GEMM per group; w is (F, C/G * taps), cols [C*taps, ld]
+static void gemm_wx(const cv_geom *g, int64_t ld, const float *w, const float *cols, float beta, float *y) {
+    for (int64_t gr = 0; gr < g->groups; gr++)
+        gemm(false, false, g->fg, ld, g->kg, w + gr * g->fg * g->kg, g->kg, cols + gr * g->kg * ld, ld, beta,
+             y + gr * g->fg * ld, ld);
+}
+
+// cols[C*taps, ld] (+)= W^T . dy, one GEMM per group; dy is [F, ld]
+static void gemm_wtdy(const cv_geom *g, int64_t ld, const float *w, const float *dy, float beta, float *cols) {
+    for (int64_t gr = 0; gr < g->groups; gr++)
+        gemm(true, false, g->kg, ld, g->fg, w + gr * g->fg * g->kg, g->kg, dy + gr * g->fg * ld, ld, beta,
+             cols + gr * g->kg * ld, ld);
+}
+
+// dw[F, C/G * taps] += dy . cols^T, one GEMM per group; dy is [F, ld], cols [C*taps, ld]
+static void gemm_dw(const cv_geom *g, int64_t ld, const float *dy, const float *cols, float *dw) {
+    for (int64_t gr = 0; gr < g->groups; gr++)
+        gemm(false, true, g->fg, g->kg, ld, dy + gr * g->fg * ld, ld, cols + gr * g->kg * ld, ld, 1.0f,
+             dw + gr * g->fg * g->kg, g->kg);
+}
+
+// The convolution's forward: x is (N,C,D,H,W), w is (F,C/G,KD,KH,KW), b is (F) or NULL,
+// y is (N,F,OD,OH,OW) (overwritten)
+static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+                     float *scratch, int64_t scratch_floats) {
+    if (n <= 0) return;
+    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        int64_t m = n - s0 < cs ? n - s0 : cs, ld;
+        const float *cols = columns(g, m, x + s0 * g->c * g->in_pos, col, &ld);
+        float *ys = y + s0 * g->f * P;
+        if (m == 1) {
+            gemm_wx(g, ld, w, cols, 0.0f, ys);
+            if (b) add_bias(1, g->f, P, b, ys);
+        } else {
+            gemm_wx(g, ld, w, cols, 0.0f, tmp);
+            from_gemm_order(m, g->f, P, tmp, b, false, ys);
+        }
+    }
+}
+
+// The convolution's gradients: x is (N,C,D,H,W), dy is (N,F,OD,OH,OW); dw (F,C/G,KD,KH,KW) and
+// db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped)
+static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+                     float *db, float *dx, float *scratch, int64_t scratch_floats) {
+    memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
+    if (db) bias_grad(n, g->f, g->out_pos, dy, db);
+    if (n <= 0) return;
+    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        int64_t m = n - s0 < cs ? n - s0 : cs, ld;
+        const float *cols = columns(g, m, x + s0 * g->c * g->in_pos, col, &ld);
+        const float *dys = dy + s0 * g->f * P;
+        if (m > 1) {
+            to_gemm_order(m, g->f, P, dys, tmp);
+            dys = tmp;
+        }
+        gemm_dw(g, ld, dys, cols, dw);
+        if (!dx) continue;
+        float *dxs = dx + s0 * g->c * g->in_pos;
+        if (g->direct) {
+            gemm_wtdy(g, ld, w, dys, 1.0f, dxs);  // the columns are dx itself
+        } else {
+            gemm_wtdy(g, ld, w, dys, 0.0f, col);  // the columns are no longer needed
+            col2im_add(g, m, col, dxs);
+        }
+    }
+}
+
+// The transposed convolution's forward, i.e. the input gradient of convolution g: x is
+// (N,F,OD,OH,OW), w is (F,C/G,KD,KH,KW), b is (C) or NULL, y is (N,C,D,H,W) (overwritten)
+static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+                      float *scratch, int64_t scratch_floats) {
+    if (n <= 0) return;
+    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        int64_t m = n - s0 < cs ? n - s0 : cs, ld = m * P;
+        const float *xs = x + s0 * g->f * P;
+        float *ys = y + s0 * g->c * g->in_pos;
+        if (m > 1) {
+            to_gemm_order(m, g->f, P, xs, tmp);
+            xs = tmp;
+        }
+        if (g->direct) {
+            gemm_wtdy(g, ld, w, xs, 0.0f, ys);
+        } else {
+            gemm_wtdy(g, ld, w, xs, 0.0f, col);
+            memset(ys, 0, sizeof(float) * (size_t)(m * g->c * g->in_pos));
+            col2im_add(g, m, col, ys);
+        }
+        if (b) add_bias(m, g->c, g->in_pos, b, ys);
+    }
+}
+
+// The transposed convolution's gradients, i.e. convolution g run forward on dy: x is
+// (N,F,OD,OH,OW), dy is (N,C,D,H,W); dw (F,C/G,KD,KH,KW) and db (C) (NULL: none) overwritten,
+// dx (N,F,OD,OH,OW) accumulated (NULL: skipped)
+static void convt_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+                      float *db, float *dx, float *scratch, int64_t scratch_floats) {
+    memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
+    if (db) bias_grad(n, g->c, g->in_pos, dy, db);
+    if (n <= 0) return;
+    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        int64_t m = n - s0 < cs ? n - s0 : cs, ld;
+        const float *cols = columns(g, m, dy + s0 * g->c * g->in_pos, col, &ld);
+        const float *xs = x + s0 * g->f * P;
+        if (m > 1) {
+            to_gemm_order(m, g->f, P, xs, tmp);
+            xs = tmp;
+        }
+        gemm_dw(g, ld, xs, cols, dw);
+        if (!dx) continue;
+        float *dxs = dx + s0 * g->f * P;
+        if (m == 1) {
+            gemm_wx(g, ld, w, cols, 1.0f, dxs);
+        } else {
+            gemm_wx(g, ld, w, cols, 0.0f, tmp);  // x in GEMM order is no longer needed
+            from_gemm_order(m, g->f, P, tmp, NULL, true, dxs);
+        }
+    }
+}
+
+// ---- the backend's entry points (shapes in backend.h) ------------------------------------------
+
+void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                      const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                      const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
+    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
+    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats);
+}
+
+void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                       const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
+                       int64_t scratch_floats) {
+    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
+    conv_bwd(&g, n, x, w, dy, dw, db, dx, scratch, scratch_floats);
+}
+
+// A transposed convolution C -> F from in to out is convolution F -> C from out to in.
+void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                float *scratch, int64_t scratch_floats) {
+    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
+    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats);
+}
+
+void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                 const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+                                 float *db, float *dx, float *scratch, int64_t scratch_floats) {
+    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
+    convt_bwd(&g, n, x, w, dy, dw, db, dx, scratch, scratch_floats);
+}

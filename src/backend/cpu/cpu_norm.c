@@ -1,0 +1,141 @@
+// cpu_norm.c: batch and layer normalisation. Statistics are summed in double, in a fixed order
+// per channel (batch norm) or per row (layer norm), one OpenMP iteration each, so results do not
+// depend on the thread count.
+#include <math.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+// x, y are (N,C,S); gamma, beta are (C) or NULL; running is (2C+1): mean, var, ready flag;
+// saved is (2C+1): mean, 1/sqrt(var+eps), train flag
+void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                            float eps, int train, float momentum, float *running, float *saved, float *y) {
+    float *rmean = running, *rvar = running + c, *ready = running + 2 * c;
+    if (*ready == 0.0f) {  // the arena starts zeroed; PyTorch starts at mean 0, var 1
+        for (int64_t ch = 0; ch < c; ch++) rmean[ch] = 0.0f, rvar[ch] = 1.0f;
+        *ready = 1.0f;
+    }
+    const int64_t m = n * s;  // values per channel
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, inv;
+        if (train) {
+            double sum = 0.0, sq = 0.0;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < s; j++) sum += x[(i * c + ch) * s + j];
+            mean = sum / (double)m;
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = 0; j < s; j++) {
+                    double d = x[(i * c + ch) * s + j] - mean;
+                    sq += d * d;
+                }
+            double var = sq / (double)m;
+            // PyTorch refuses one value per channel in training; here the running variance
+            // then takes the biased (zero) variance instead of dividing by m - 1 = 0.
+            double unbiased = m > 1 ? sq / (double)(m - 1) : var;
+            inv = 1.0 / sqrt(var + (double)eps);
+            rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean);
+            rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * unbiased);
+        } else {
+            mean = rmean[ch];
+            inv = 1.0 / sqrt((double)rvar[ch] + (double)eps);
+        }
+        saved[ch] = (float)mean;
+        saved[c + ch] = (float)inv;
+        float mu = (float)mean, sc = (float)(inv * (gamma ? gamma[ch] : 1.0f)), sh = beta ? beta[ch] : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            const float *xp = x + (i * c + ch) * s;
+            float *yp = y + (i * c + ch) * s;
+            for (int64_t j = 0; j < s; j++) yp[j] = (xp[j] - mu) * sc + sh;
+        }
+    }
+    saved[2 * c] = train ? 1.0f : 0.0f;
+}
+
+// x, dy, dx are (N,C,S); gamma, dgamma, dbeta are (C) or NULL; saved as written by forward.
+// With batch statistics: dx = gamma * inv / M * (M dy - sum(dy) - xhat * sum(dy xhat)), M = N*S.
+void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
+                             const float *saved, float *dgamma, float *dbeta, float *dx) {
+    const float *mean = saved, *inv = saved + c;
+    const int train = saved[2 * c] != 0.0f;
+    const int64_t m = n * s;
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float mu = mean[ch], is = inv[ch];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) {
+                int64_t e = (i * c + ch) * s + j;
+                sdy += dy[e];
+                sdyx += (double)dy[e] * (double)((x[e] - mu) * is);
+            }
+        if (dgamma) dgamma[ch] = (float)sdyx;
+        if (dbeta) dbeta[ch] = (float)sdy;
+        if (!dx) continue;
+        const float g = (gamma ? gamma[ch] : 1.0f) * is;
+        const float a = train ? (float)(sdy / (double)m) : 0.0f, b = train ? (float)(sdyx / (double)m) : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) {
+                int64_t e = (i * c + ch) * s + j;
+                dx[e] += g * (dy[e] - a - (x[e] - mu) * is * b);
+            }
+    }
+}
+
+// x, y are (N,K); gamma, beta are (K) or NULL; saved is (2N): mean, 1/sqrt(var+eps) per row
+void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
+                            float *saved, float *y) {
+#pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        const float *xp = x + i * k;
+        float *yp = y + i * k;
+        double sum = 0.0, sq = 0.0;
+        for (int64_t j = 0; j < k; j++) sum += xp[j];
+        double mean = sum / (double)k;
+        for (int64_t j = 0; j < k; j++) sq += (xp[j] - mean) * (xp[j] - mean);
+        double inv = 1.0 / sqrt(sq / (double)k + (double)eps);
+        saved[i] = (float)mean;
+        saved[n + i] = (float)inv;
+        float mu = (float)mean, is = (float)inv;
+        for (int64_t j = 0; j < k; j++) {
+            float v = (xp[j] - mu) * is;
+            yp[j] = gamma ? v * gamma[j] + beta[j] : v;
+        }
+    }
+}
+
+// x, dy, dx are (N,K); gamma, dgamma, dbeta are (K) or NULL; saved as written by forward.
+// dx = inv * (g - mean(g) - xhat * mean(g xhat)) with g = dy * gamma, per row.
+void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *dy, const float *gamma,
+                             const float *saved, float *dgamma, float *dbeta, float *dx) {
+    const float *mean = saved, *inv = saved + n;
+    if (dx) {
+#pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
+        for (int64_t i = 0; i < n; i++) {
+            const float *xp = x + i * k, *dyp = dy + i * k;
+            const float mu = mean[i], is = inv[i];
+            double sg = 0.0, sgx = 0.0;
+            for (int64_t j = 0; j < k; j++) {
+                float g = gamma ? dyp[j] * gamma[j] : dyp[j];
+                sg += g;
+                sgx += (double)g * (double)((xp[j] - mu) * is);
+            }
+            const float a = (float)(sg / (double)k), b = (float)(sgx / (double)k);
+            for (int64_t j = 0; j < k; j++) {
+                float g = gamma ? dyp[j] * gamma[j] : dyp[j];
+                dx[i * k + j] += is * (g - a - (xp[j] - mu) * is * b);
+            }
+        }
+    }
+    if (dgamma) {
+#pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
+        for (int64_t j = 0; j < k; j++) {
+            double sw = 0.0, sb = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                sw += (double)dy[i * k + j] * (double)((x[i * k + j] - mean[i]) * inv[i]);
+                sb += dy[i * k + j];
+            }
+            dgamma[j] = (float)sw;
+            dbeta[j] = (float)sb;
+        }
+    }
+}

@@ -1,0 +1,121 @@
+// synth_cosmo3d.c: CosmoFlow-like volumes: a random density field per sample whose statistics
+// follow 4 hidden parameters, the regression targets.
+//
+// x is (n, C, S, S, S), values is (n, 4), each parameter uniform in [-1, 1] (CosmoFlow's
+// normalised Omega_m, sigma_8, n_s, H_0 play these roles):
+//   1. White noise (unit variance) is smoothed, with periodic boundaries, by a separable kernel
+//      whose 1D profile mixes two Gaussians: widths 0.5 L and 1.5 L with L = 1.6 * 2^(p0 / 2)
+//      voxels set the correlation length (p0), and the weight of the wide one, 0.5 + 0.4 p2, tilts
+//      the spectrum between small and large scales (p2). The result is standardised (mean 0,
+//      variance 1 per sample): the linear density contrast delta.
+//   2. Channel c is the field at redshift z_c = 3 c / (C - 1): growth D_c = (1 + z_c)^-(0.8 + 0.3 p3)
+//      (p3 also sets the mean density below), amplitude a_c = A D_c with A = 0.7 * 2^(0.6 p1) (p1).
+//   3. A lognormal density rho = exp(a_c delta - a_c^2 / 2) (mean 1, skewed like late-time
+//      structure) becomes expected particle counts nbar * rho with nbar = 6 * 2^(0.4 p3), and,
+//      as CosmoFlow preprocesses its counts, x = log(1 + counts) + Gaussian noise of std
+//      data.synthetic.noise.
+// Cost: O(S^3 (3 * kernel width + C)) per sample; no FFT.
+//
+// Randomness: a per-sample key k = rng_u64(seed, RNG_DATA, split, sample); its draws are
+// rng_*(k, RNG_DATA, stream, j), one stream each for the parameters, the white noise and the
+// observation noise. Channel 0's memory holds delta until the channels are written (last first).
+#include <math.h>
+
+#include "data/synth_internal.h"
+#include "galley/check.h"
+#include "galley/rng.h"
+
+enum { STREAM_PARAMS = 0, STREAM_FIELD = 1, STREAM_NOISE = 2 };
+enum { MAX_RADIUS = 32, LINE_FLOATS = 8192, BLOCK = 16 };
+
+// Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
+// centred and scaled to unit variance.
+static float gauss4(uint64_t u) {
+    float s = (float)(u & 0xffff) + (float)((u >> 16) & 0xffff) + (float)((u >> 32) & 0xffff) + (float)(u >> 48);
+    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+// f is (outer, len, inner): convolves every line along the middle axis, periodically, with
+// h[0..2 rad] centred at h[rad]. Lines are copied BLOCK at a time (contiguous in inner) into
+// a stack buffer, so strided axes read whole cache lines.
+static void blur_axis(float *f, int64_t outer, int64_t len, int64_t inner, const float *h, int rad) {
+    float buf[LINE_FLOATS];
+    int64_t padded = len + 2 * rad;
+    GL_CHECK(padded <= LINE_FLOATS, "synthetic volumes are at most 4096 voxels on a side");
+    int64_t block = inner < BLOCK ? inner : BLOCK;
+    if (block * padded > LINE_FLOATS) block = LINE_FLOATS / padded;
+    for (int64_t o = 0; o < outer; o++) {
+        float *fo = f + o * len * inner;
+        for (int64_t j0 = 0; j0 < inner; j0 += block) {
+            int64_t b = inner - j0 < block ? inner - j0 : block;
+            for (int64_t t = 0; t < padded; t++) {
+                int64_t src = ((t - rad) % len + len) % len;
+                for (int64_t jj = 0; jj < b; jj++) buf[t * b + jj] = fo[src * inner + j0 + jj];
+            }
+            for (int64_t t = 0; t < len; t++) {
+                float acc[BLOCK];
+                for (int64_t jj = 0; jj < b; jj++) acc[jj] = 0.0f;
+                for (int q = 0; q <= 2 * rad; q++)
+                    for (int64_t jj = 0; jj < b; jj++) acc[jj] += h[q] * buf[(t + q) * b + jj];
+                for (int64_t jj = 0; jj < b; jj++) fo[t * inner + j0 + jj] = acc[jj];
+            }
+        }
+    }
+}
+
+// h[0..2 rad]: (1 - m) * Gaussian(sigma_s) + m * Gaussian(sigma_l), each normalised to sum 1.
+static int two_scale_kernel(float h[2 * MAX_RADIUS + 1], double sigma_s, double sigma_l, double m) {
+    int rad = (int)ceil(3.0 * sigma_l);
+    if (rad > MAX_RADIUS) rad = MAX_RADIUS;
+    double gs[2 * MAX_RADIUS + 1], gl[2 * MAX_RADIUS + 1], ss = 0.0, sl = 0.0;
+    for (int t = -rad; t <= rad; t++) {
+        gs[t + rad] = exp(-0.5 * t * t / (sigma_s * sigma_s));
+        gl[t + rad] = exp(-0.5 * t * t / (sigma_l * sigma_l));
+        ss += gs[t + rad];
+        sl += gl[t + rad];
+    }
+    for (int t = 0; t <= 2 * rad; t++) h[t] = (float)((1.0 - m) * gs[t] / ss + m * gl[t] / sl);
+    return rad;
+}
+
+void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
+    const uint64_t seed = (uint64_t)r->seed;
+    const int64_t c_n = d->shape.d[0], s = d->shape.d[1], vol = s * s * s;
+    const float noise = (float)r->data.synthetic.noise;
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t i = 0; i < d->n; i++) {
+        const uint64_t key = rng_u64(seed, RNG_DATA, (uint64_t)split, (uint64_t)i);
+        float *x = d->x + i * d->size, *p = d->values + i * 4;
+        for (int j = 0; j < 4; j++) p[j] = 2.0f * rng_uniform(key, RNG_DATA, STREAM_PARAMS, (uint64_t)j) - 1.0f;
+
+        // 1. delta: smoothed white noise, standardised, in channel 0's memory.
+        float *delta = x;
+        for (int64_t v = 0; v < vol; v++) delta[v] = gauss4(rng_u64(key, RNG_DATA, STREAM_FIELD, (uint64_t)v));
+        double len = 1.6 * exp2(0.5 * p[0]);
+        float h[2 * MAX_RADIUS + 1];
+        int rad = two_scale_kernel(h, 0.5 * len, 1.5 * len, 0.5 + 0.4 * p[2]);
+        blur_axis(delta, 1, s, s * s, h, rad);  // z
+        blur_axis(delta, s, s, s, h, rad);      // y
+        blur_axis(delta, s * s, s, 1, h, rad);  // x
+        double sum = 0.0, sum2 = 0.0;
+        for (int64_t v = 0; v < vol; v++) sum += delta[v];
+        double mean = sum / (double)vol;
+        for (int64_t v = 0; v < vol; v++) sum2 += (delta[v] - mean) * (delta[v] - mean);
+        double sd = sqrt(sum2 / (double)vol);
+        float shift = (float)mean, scale = (float)(sd > 0.0 ? 1.0 / sd : 0.0);
+        for (int64_t v = 0; v < vol; v++) delta[v] = (delta[v] - shift) * scale;
+
+        // 2-3. Channels last to first, so channel 0 (delta itself) is overwritten last.
+        double amp = 0.7 * exp2(0.6 * p[1]), growth = 0.8 + 0.3 * p[3], nbar = 6.0 * exp2(0.4 * p[3]);
+        for (int64_t c = c_n - 1; c >= 0; c--) {
+            double z = c_n > 1 ? 3.0 * (double)c / (double)(c_n - 1) : 0.0;
+            float a = (float)(amp * pow(1.0 + z, -growth)), off = -0.5f * a * a + (float)log(nbar);
+            float *xc = x + c * vol;
+            for (int64_t v = 0; v < vol; v++) {
+                float counts = expf(a * delta[v] + off);
+                uint64_t j = (uint64_t)(c * vol + v);
+                xc[v] = logf(1.0f + counts) + noise * gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
+            }
+        }
+    }
+}

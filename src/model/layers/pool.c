@@ -1,0 +1,166 @@
+// pool.c: pooling layers. max_pool and avg_pool slide a cubic window over [C, H, W] or
+// [C, D, H, W] maps (PyTorch's MaxPool2d/3d and AvgPool2d/3d with ceil_mode off; avg counts
+// padding, count_include_pad); global_avg_pool averages each channel to one value.
+#include <stdint.h>
+#include <stdio.h>
+
+#include "galley/check.h"
+#include "galley/layer.h"
+
+extern const layer_kind layer_max_pool, layer_avg_pool, layer_global_avg_pool;
+
+enum { K_KERNEL, K_STRIDE, K_PADDING };
+static const key_spec pool_keys[] = {
+    {"kernel", KT_INT, KF_DEFAULT, "2", 1, 1024, NULL, K_KERNEL * sizeof(gl_value), NULL,
+     "window size in every spatial dimension"},
+    {"stride", KT_INT, KF_DEFAULT, "0", 0, 1024, NULL, K_STRIDE * sizeof(gl_value), NULL,
+     "step between windows; 0 means the kernel size"},
+    {"padding", KT_INT, KF_DEFAULT, "0", 0, 512, NULL, K_PADDING * sizeof(gl_value), NULL,
+     "implicit border on each side (max: -inf, avg: zeros counted in the mean); at most kernel / 2"},
+    KEY_END,
+};
+static const key_spec no_keys[] = {KEY_END};
+
+// A pooling window geometry as the backend wants it: 2D maps are D = 1 with a depth kernel of 1.
+typedef struct {
+    int64_t c, in[3], out[3];
+    int k[3], s[3], p[3];
+} pool_geom;
+
+// Fills g from the layer's input and keys; returns -1 with a message for impossible ones.
+static int pool_geometry(const layer_t *l, pool_geom *g, char *err, size_t errlen) {
+    const gl_shape *x = &l->in[0]->shape;
+    int k = (int)l->cfg->v[K_KERNEL].i, s = (int)l->cfg->v[K_STRIDE].i, p = (int)l->cfg->v[K_PADDING].i;
+    if (s == 0) s = k;
+    if (x->ndim != 3 && x->ndim != 4) {
+        snprintf(err, errlen, "%s needs a [C, H, W] or [C, D, H, W] input, got %d dimension%s", l->kind->name,
+                 x->ndim, x->ndim == 1 ? "" : "s");
+        return -1;
+    }
+    if (p > k / 2) {
+        snprintf(err, errlen, "padding %d is more than half the kernel %d (padding must be <= kernel / 2)", p, k);
+        return -1;
+    }
+    int nsp = x->ndim - 1;  // spatial dimensions
+    g->c = x->d[0];
+    for (int j = 0; j < 3; j++) {
+        int sp = j - (3 - nsp);  // which spatial dim of x this is; < 0: the unit depth of a 2D map
+        int64_t size = sp < 0 ? 1 : x->d[1 + sp];
+        g->k[j] = sp < 0 ? 1 : k;
+        g->s[j] = sp < 0 ? 1 : s;
+        g->p[j] = sp < 0 ? 0 : p;
+        g->in[j] = size;
+        if (size + 2 * g->p[j] < g->k[j]) {
+            snprintf(err, errlen, "kernel %d is larger than the spatial size %lld plus padding %d on each side", k,
+                     (long long)size, p);
+            return -1;
+        }
+        g->out[j] = (size + 2 * g->p[j] - g->k[j]) / g->s[j] + 1;
+    }
+    if (g->in[0] * g->in[1] * g->in[2] > INT32_MAX) {
+        snprintf(err, errlen, "a channel of %lld elements is too large to pool (at most %d)",
+                 (long long)(g->in[0] * g->in[1] * g->in[2]), INT32_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static int pool_infer(layer_t *l, char *err, size_t errlen) {
+    pool_geom g;
+    if (pool_geometry(l, &g, err, errlen) != 0) return -1;
+    const gl_shape *x = &l->in[0]->shape;
+    l->out.shape = *x;
+    for (int j = 1; j < x->ndim; j++) l->out.shape.d[j] = g.out[j - x->ndim + 3];
+    l->nparams = 0;
+    int64_t out = shape_size(&l->out.shape);
+    l->flops = out * g.k[0] * g.k[1] * g.k[2];
+    // max_pool keeps each output's argmax (int32 in float-sized slots) for backward
+    l->scratch_floats = l->kind == &layer_max_pool ? l->batch * out : 0;
+    return 0;
+}
+
+static pool_geom geometry_of(const layer_t *l) {
+    pool_geom g;
+    char err[256];
+    GL_CHECK(pool_geometry(l, &g, err, sizeof err) == 0, "infer accepted this pooling geometry");
+    return g;
+}
+
+static void pool_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
+    (void)train;
+    pool_geom g = geometry_of(l);
+    if (l->kind == &layer_max_pool)
+        be->max_pool_forward(n, g.c, g.in, g.out, g.k, g.s, g.p, l->in[0]->data, l->out.data, (int32_t *)l->scratch);
+    else
+        be->avg_pool_forward(n, g.c, g.in, g.out, g.k, g.s, g.p, l->in[0]->data, l->out.data);
+}
+
+static void pool_backward(layer_t *l, const gl_backend *be, int64_t n) {
+    if (!l->in[0]->grad) return;
+    pool_geom g = geometry_of(l);
+    if (l->kind == &layer_max_pool)
+        be->max_pool_backward(n, g.c, g.in, g.out, (const int32_t *)l->scratch, l->out.grad, l->in[0]->grad);
+    else
+        be->avg_pool_backward(n, g.c, g.in, g.out, g.k, g.s, g.p, l->out.grad, l->in[0]->grad);
+}
+
+const layer_kind layer_max_pool = {
+    .name = "max_pool",
+    .doc = "maximum over each kernel^2 (2D) or kernel^3 (3D) window; output size floor((in + 2 padding - "
+           "kernel) / stride) + 1",
+    .keys = pool_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = pool_infer,
+    .forward = pool_forward,
+    .backward = pool_backward,
+};
+
+const layer_kind layer_avg_pool = {
+    .name = "avg_pool",
+    .doc = "mean over each kernel^2 (2D) or kernel^3 (3D) window, padding counted as zeros; output size as "
+           "max_pool",
+    .keys = pool_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = pool_infer,
+    .forward = pool_forward,
+    .backward = pool_backward,
+};
+
+// ---- global average pooling: [C, spatial...] -> [C] ----------------------------------------------
+
+static int gap_infer(layer_t *l, char *err, size_t errlen) {
+    const gl_shape *x = &l->in[0]->shape;
+    if (x->ndim < 2) {
+        snprintf(err, errlen, "global_avg_pool needs a [C, spatial...] input, got a flat one");
+        return -1;
+    }
+    l->out.shape = shape_1d(x->d[0]);
+    l->nparams = 0;
+    l->flops = l->in[0]->size;
+    return 0;
+}
+
+static void gap_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
+    (void)train;
+    int64_t c = l->out.size;
+    be->global_avg_pool_forward(n, c, l->in[0]->size / c, l->in[0]->data, l->out.data);
+}
+
+static void gap_backward(layer_t *l, const gl_backend *be, int64_t n) {
+    if (!l->in[0]->grad) return;
+    int64_t c = l->out.size;
+    be->global_avg_pool_backward(n, c, l->in[0]->size / c, l->out.grad, l->in[0]->grad);
+}
+
+const layer_kind layer_global_avg_pool = {
+    .name = "global_avg_pool",
+    .doc = "mean of each channel over all spatial positions: [C, ...] -> [C]",
+    .keys = no_keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .infer = gap_infer,
+    .forward = gap_forward,
+    .backward = gap_backward,
+};

@@ -1,0 +1,116 @@
+// metrics.c: validation metrics from the model output: accuracy (per sample or per pixel),
+// top-5, loss, mean absolute error, per-class and mean IoU. Sums are exact integer counts or
+// accumulated in sample order, so they do not depend on threads or batch boundaries.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "galley/loss.h"
+
+void metrics_init(gl_metrics *m, const gl_dataset *d) {
+    memset(m, 0, sizeof *m);
+    m->target = d->target;
+    m->classes = d->classes;
+    m->tsize = d->tsize;
+}
+
+void metrics_reset(gl_metrics *m) {
+    gl_metrics keep = *m;
+    memset(m, 0, sizeof *m);
+    m->target = keep.target, m->classes = keep.classes, m->tsize = keep.tsize;
+}
+
+// z points at the C logits of one position, stride s apart.
+static int64_t argmax(const float *z, int64_t c, int64_t s) {
+    int64_t a = 0;
+    for (int64_t j = 1; j < c; j++)
+        if (z[j * s] > z[a * s]) a = j;
+    return a;
+}
+
+void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
+                 double loss) {
+    m->loss_sum += loss * (double)n;
+    m->samples += n;
+    if (m->target == TARGET_VALUES) {
+        for (int64_t i = 0; i < n * m->tsize; i++) m->abs_sum += fabs((double)out->data[i] - (double)values[i]);
+        m->values += n * m->tsize;
+        return;
+    }
+    const int64_t c = m->classes, s = m->target == TARGET_MASK ? m->tsize : 1;
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t p = 0; p < s; p++) {
+            const float *z = out->data + i * c * s + p;
+            int32_t y = labels[i * s + p];
+            int64_t a = argmax(z, c, s);
+            m->hits += a == y;
+            m->positions++;
+            if (m->target == TARGET_CLASS) {
+                int64_t higher = 0;  // label is in the top 5 if fewer than 5 logits beat it
+                for (int64_t j = 0; j < c; j++) higher += z[j * s] > z[y * s];
+                m->hits5 += higher < 5;
+            } else if (c <= GL_MAX_IOU_CLASSES) {
+                for (int64_t k = 0; k < c; k++) {
+                    int pk = a == k, yk = y == k;
+                    m->inter[k] += pk && yk;
+                    m->uni[k] += pk || yk;
+                }
+            }
+        }
+    }
+}
+
+int metrics_applies(gl_target_kind target, int metric) {
+    switch (metric) {
+    case METRIC_LOSS: return 1;
+    case METRIC_ACCURACY: return target != TARGET_VALUES;
+    case METRIC_TOP5: return target == TARGET_CLASS;
+    case METRIC_MAE: return target == TARGET_VALUES;
+    case METRIC_MEAN_IOU: return target == TARGET_MASK;
+    default: return 0;
+    }
+}
+
+const char *metrics_name(int metric) {
+    static const char *const names[] = {"none", "accuracy", "top5", "loss", "mae", "mean_iou"};
+    return metric >= 0 && metric <= METRIC_MEAN_IOU ? names[metric] : "?";
+}
+
+double metrics_value(const gl_metrics *m, int metric) {
+    if (!metrics_applies(m->target, metric)) return NAN;
+    switch (metric) {
+    case METRIC_LOSS: return m->samples ? m->loss_sum / (double)m->samples : NAN;
+    case METRIC_ACCURACY: return m->positions ? (double)m->hits / (double)m->positions : NAN;
+    case METRIC_TOP5: return m->positions ? (double)m->hits5 / (double)m->positions : NAN;
+    case METRIC_MAE: return m->values ? m->abs_sum / (double)m->values : NAN;
+    case METRIC_MEAN_IOU: {
+        double sum = 0;
+        int k = 0;
+        for (int64_t c = 0; c < m->classes && c < GL_MAX_IOU_CLASSES; c++)
+            if (m->uni[c]) sum += (double)m->inter[c] / (double)m->uni[c], k++;
+        return k ? sum / k : NAN;
+    }
+    default: return NAN;
+    }
+}
+
+void metrics_format(const gl_metrics *m, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "loss %.4f", metrics_value(m, METRIC_LOSS));
+    if (m->target == TARGET_VALUES) {
+        snprintf(buf + k, len - k, "  mae %.4f", metrics_value(m, METRIC_MAE));
+    } else {
+        k += (size_t)snprintf(buf + k, len - k, "  acc %.4f", metrics_value(m, METRIC_ACCURACY));
+        if (m->target == TARGET_CLASS && m->classes > 5 && k < len)
+            snprintf(buf + k, len - k, "  top5 %.4f", metrics_value(m, METRIC_TOP5));
+        if (m->target == TARGET_MASK && k < len)
+            snprintf(buf + k, len - k, "  miou %.4f", metrics_value(m, METRIC_MEAN_IOU));
+    }
+}
+
+void metrics_format_iou(const gl_metrics *m, char *buf, size_t len) {
+    buf[0] = 0;
+    if (m->target != TARGET_MASK) return;
+    size_t k = (size_t)snprintf(buf, len, "per-class IoU:");
+    for (int64_t c = 0; c < m->classes && c < GL_MAX_IOU_CLASSES && k < len; c++)
+        k += (size_t)snprintf(buf + k, len - k, " %.4f", m->uni[c] ? (double)m->inter[c] / (double)m->uni[c] : 0.0);
+}

@@ -1,0 +1,98 @@
+// adam.c: the Adam family with decoupled weight decay. Both rules keep bias-corrected moments
+// (t is the 1-based step):
+//     m = b1 * m + (1 - b1) * g          m_hat = m / (1 - b1^t)
+//     v = b2 * v + (1 - b2) * g^2        v_hat = v / (1 - b2^t)
+// AdamW (torch.optim.AdamW, _single_tensor_adamw, amsgrad off):
+//     w -= lr * wd * w;  w -= lr * m_hat / (sqrt(v_hat) + eps)
+// LAMB (You et al. 2019, as NVIDIA apex FusedLAMB with adam_w_mode and the trust ratio on every
+// tensor, as MLPerf DeepCAM uses it), per parameter tensor W:
+//     u = m_hat / (sqrt(v_hat) + eps) + wd * w
+//     ratio = ||W|| / ||U||  (1 when either norm is 0);  w -= lr * ratio * u
+#include <math.h>
+
+#include "optim/optim_internal.h"
+
+// Bias corrections for step t, as PyTorch computes them (step_size = lr / bc1, sqrt(bc2)).
+typedef struct {
+    float b1, b2, one_b1, one_b2, eps, inv_bc1, inv_sqrt_bc2;
+} moments;
+
+static moments moments_at(const gl_optim *o, int64_t t) {
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    return (moments){.b1 = (float)o->beta1, .b2 = (float)o->beta2, .one_b1 = (float)(1.0 - o->beta1),
+                     .one_b2 = (float)(1.0 - o->beta2), .eps = (float)o->eps, .inv_bc1 = (float)(1.0 / bc1),
+                     .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2))};
+}
+
+// m_hat / (sqrt(v_hat) + eps) from the updated moments.
+static inline float adam_direction(const moments *k, float m, float v) {
+    return (m * k->inv_bc1) / (sqrtf(v) * k->inv_sqrt_bc2 + k->eps);
+}
+
+// w, g, o->m, o->v are (n)
+void adamw_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t) {
+    const moments k = moments_at(o, t);
+    const float step = (float)lr, decayed = (float)(1.0 - lr * o->weight_decay);
+    float *m = o->m, *v = o->v;
+    const gl_optim_chunk *ch = o->chunks;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < o->nchunks; c++) {
+        int64_t end = ch[c].offset + ch[c].len;
+        const float keep = ch[c].plain ? 1.0f : decayed;
+        for (int64_t i = ch[c].offset; i < end; i++) {
+            float gi = g[i];
+            if (clip) g[i] = gi = gi * coef;
+            m[i] = k.b1 * m[i] + k.one_b1 * gi;
+            v[i] = k.b2 * v[i] + k.one_b2 * gi * gi;
+            w[i] *= keep;
+            w[i] -= step * adam_direction(&k, m[i], v[i]);
+        }
+    }
+}
+
+// w, g, o->m, o->v are (n). Three passes over the chunks: moments and the per-chunk sums of
+// w^2 and u^2; the per-tensor ratios (serially, in chunk order); the update, recomputing u
+// from the stored moments with the same arithmetic (nothing else to store).
+void lamb_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t) {
+    const moments k = moments_at(o, t);
+    const float wd = (float)o->weight_decay;
+    float *m = o->m, *v = o->v;
+    double *wsq = o->partial + o->nchunks, *usq = o->partial + 2 * o->nchunks;
+    const gl_optim_chunk *ch = o->chunks;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < o->nchunks; c++) {
+        int64_t end = ch[c].offset + ch[c].len;
+        const float wdc = ch[c].plain ? 0.0f : wd;
+        double sw = 0.0, su = 0.0;
+        for (int64_t i = ch[c].offset; i < end; i++) {
+            float gi = g[i];
+            if (clip) g[i] = gi = gi * coef;
+            m[i] = k.b1 * m[i] + k.one_b1 * gi;
+            v[i] = k.b2 * v[i] + k.one_b2 * gi * gi;
+            float u = adam_direction(&k, m[i], v[i]) + wdc * w[i];
+            sw += (double)w[i] * (double)w[i];
+            su += (double)u * (double)u;
+        }
+        wsq[c] = sw;
+        usq[c] = su;
+    }
+    // Chunks of a tensor are consecutive: sum them in order, then one ratio per tensor.
+    for (int c = 0; c < o->nchunks;) {
+        int tensor = ch[c].tensor;
+        double sw = 0.0, su = 0.0;
+        for (; c < o->nchunks && ch[c].tensor == tensor; c++) sw += wsq[c], su += usq[c];
+        double wn = sqrt(sw), un = sqrt(su);
+        o->ratio[tensor] = (wn > 0.0 && un > 0.0 && !ch[c - 1].plain) ? wn / un : 1.0;
+    }
+    const double *ratio = o->ratio;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < o->nchunks; c++) {
+        const float step = (float)(lr * ratio[ch[c].tensor]);
+        const float wdc = ch[c].plain ? 0.0f : wd;
+        int64_t end = ch[c].offset + ch[c].len;
+        for (int64_t i = ch[c].offset; i < end; i++) {
+            float u = adam_direction(&k, m[i], v[i]) + wdc * w[i];
+            w[i] -= step * u;
+        }
+    }
+}

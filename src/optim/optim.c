@@ -1,0 +1,111 @@
+// optim.c: optimizer state, the global gradient norm and clipping; the update rules live in
+// sgd.c and adam.c.
+#include <math.h>
+#include <string.h>
+
+#include "galley/check.h"
+#include "optim/optim_internal.h"
+
+// Counts the non-empty parameter tensors of g and the chunks they split into.
+static void plan(const gl_graph *g, int *ntensors, int *nchunks) {
+    int nt = 0, nc = 0;
+    for (int i = 0; i < g->nlayers; i++)
+        for (int p = 0; p < g->layers[i].nparams; p++) {
+            int64_t size = g->layers[i].params[p].size;
+            if (size <= 0) continue;
+            nt++;
+            nc += (int)((size + GL_OPTIM_CHUNK - 1) / GL_OPTIM_CHUNK);
+        }
+    *ntensors = nt;
+    *nchunks = nc;
+}
+
+static bool has_velocity(const recipe_t *r) { return r->optimizer.type == OPT_SGD && r->optimizer.momentum > 0; }
+static bool has_moments(const recipe_t *r) { return r->optimizer.type != OPT_SGD; }
+
+size_t optim_bytes(const recipe_t *r, const gl_graph *g) {
+    int nt, nc;
+    plan(g, &nt, &nc);
+    size_t floats = arena_round((size_t)g->nparams * sizeof(float)), bytes = 0;
+    if (has_velocity(r)) bytes += floats;
+    if (has_moments(r)) bytes += 2 * floats;
+    if (nc > 0)
+        bytes += arena_round((size_t)nc * sizeof(gl_optim_chunk)) + arena_round(3 * (size_t)nc * sizeof(double)) +
+                 arena_round((size_t)nt * sizeof(double));
+    return bytes;
+}
+
+void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) {
+    memset(o, 0, sizeof *o);
+    o->type = r->optimizer.type;
+    o->momentum = r->optimizer.momentum;
+    o->weight_decay = r->optimizer.weight_decay;
+    o->nesterov = r->optimizer.nesterov;
+    o->beta1 = r->optimizer.beta1;
+    o->beta2 = r->optimizer.beta2;
+    o->eps = r->optimizer.eps;
+    o->clip_norm = r->optimizer.clip_norm;
+    o->n = g->nparams;
+    o->last_scale = 1.0;
+    if (o->n > 0 && has_velocity(r)) o->velocity = arena_floats(a, o->n);
+    if (o->n > 0 && has_moments(r)) {
+        o->m = arena_floats(a, o->n);
+        o->v = arena_floats(a, o->n);
+    }
+    plan(g, &o->ntensors, &o->nchunks);
+    if (o->nchunks == 0) return;
+    o->chunks = arena_alloc(a, (size_t)o->nchunks * sizeof(gl_optim_chunk));
+    o->partial = arena_alloc(a, 3 * (size_t)o->nchunks * sizeof(double));
+    o->ratio = arena_alloc(a, (size_t)o->ntensors * sizeof(double));
+    int t = 0, c = 0;
+    for (int i = 0; i < g->nlayers; i++)
+        for (int p = 0; p < g->layers[i].nparams; p++) {
+            const gl_param *prm = &g->layers[i].params[p];
+            if (prm->size <= 0) continue;
+            GL_CHECK(prm->offset >= 0 && prm->offset + prm->size <= g->nparams, "parameter tensor outside the block");
+            bool plain = r->optimizer.exclude_1d && prm->shape.ndim <= 1;
+            for (int64_t s = 0; s < prm->size; s += GL_OPTIM_CHUNK)
+                o->chunks[c++] = (gl_optim_chunk){
+                    .offset = prm->offset + s,
+                    .len = prm->size - s < GL_OPTIM_CHUNK ? prm->size - s : GL_OPTIM_CHUNK,
+                    .tensor = t,
+                    .plain = plain};
+            o->ratio[t++] = 1.0;
+        }
+}
+
+// ||g||: squares summed in double within each chunk (in parallel), then over chunks in order.
+static double grad_norm(gl_optim *o, const float *g) {
+    double *part = o->partial;
+    const gl_optim_chunk *ch = o->chunks;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < o->nchunks; c++) {
+        const float *x = g + ch[c].offset;
+        double s = 0.0;
+        for (int64_t i = 0; i < ch[c].len; i++) s += (double)x[i] * (double)x[i];
+        part[c] = s;
+    }
+    double total = 0.0;
+    for (int c = 0; c < o->nchunks; c++) total += part[c];
+    return sqrt(total);
+}
+
+double optim_step(gl_optim *o, gl_graph *g, double lr) {
+    GL_CHECK(g->nparams == o->n, "optimizer built for another graph");
+    double norm = grad_norm(o, g->grads);
+    if (!isfinite(norm)) return norm;
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when below 1
+    // (PyTorch multiplies by min(coef, 1), which is the same).
+    double coef = isnan(o->clip_norm) ? 1.0 : o->clip_norm / (norm + 1e-6);
+    bool clip = coef < 1.0;
+    o->last_scale = clip ? (double)(float)coef : 1.0;
+    int64_t t = o->steps + 1;
+    switch (o->type) {
+    case OPT_SGD: sgd_update(o, g->params, g->grads, clip, (float)coef, lr); break;
+    case OPT_ADAMW: adamw_update(o, g->params, g->grads, clip, (float)coef, lr, t); break;
+    case OPT_LAMB: lamb_update(o, g->params, g->grads, clip, (float)coef, lr, t); break;
+    default: GL_CHECK(0, "unknown optimizer type");
+    }
+    o->steps = t;
+    return norm;
+}

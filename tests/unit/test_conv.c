@@ -1,0 +1,763 @@
+// test_conv.c: the conv and conv_transpose layers and their CPU kernels. Forward against direct
+// loops (convolution) and scatter loops (transposed convolution) in double over every variant
+// (2D/3D, stride, padding incl. TensorFlow's `same`, dilation, groups, bias, batch, chunking),
+// backward against the loops' adjoints, finite-difference gradients through the graph, thread
+// count independence, and every configuration infer must refuse.
+#include "testlib.h"
+
+#include <stdint.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+// One configuration. The input is [c, sp[1], sp[2]] (2D) or [c, sp[0], sp[1], sp[2]] (3D).
+typedef struct {
+    int nd;
+    int64_t c, sp[3];
+    int64_t f, k, s, p, d, g;  // p: padding, or GL_PAD_SAME
+    int bias;
+    int64_t op;  // conv_transpose's output_padding
+} cv_case;
+
+// The geometry the test expects, from the formulas written out again here ({D, H, W}, 2D: D = 1).
+typedef struct {
+    int64_t in[3], out[3], k[3], s[3], d[3], p[3];  // p: padding before
+    int64_t in_pos, out_pos, taps;
+} ref_geom;
+
+static ref_geom ref_geometry(const cv_case *t, int transpose) {
+    ref_geom r;
+    r.in_pos = r.out_pos = r.taps = 1;
+    for (int j = 0; j < 3; j++) {
+        int spatial = j >= 3 - t->nd;
+        int64_t in = spatial ? t->sp[j] : 1, k = spatial ? t->k : 1, s = spatial ? t->s : 1;
+        int64_t d = spatial ? t->d : 1, p = spatial ? t->p : 0, out;
+        if (transpose) {
+            out = (in - 1) * s - 2 * p + d * (k - 1) + (spatial ? t->op : 0) + 1;
+        } else if (p == GL_PAD_SAME) {  // TensorFlow: out = ceil(in / s), odd padding after
+            out = (in + s - 1) / s;
+            int64_t total = (out - 1) * s + (k - 1) * d + 1 - in;
+            p = total > 0 ? total / 2 : 0;
+        } else {
+            out = (in + 2 * p - (k - 1) * d - 1) / s + 1;
+        }
+        r.in[j] = in, r.out[j] = out, r.k[j] = k, r.s[j] = s, r.d[j] = d, r.p[j] = p;
+        r.in_pos *= in, r.out_pos *= out, r.taps *= k;
+    }
+    return r;
+}
+
+static void case_text(const cv_case *t, int transpose, const char *extra, char *buf, size_t len) {
+    char pad[16];
+    if (t->p == GL_PAD_SAME) snprintf(pad, sizeof pad, "same");
+    else snprintf(pad, sizeof pad, "%lld", (long long)t->p);
+    snprintf(buf, len, "%s %dD c=%lld in=[%lld,%lld,%lld] f=%lld k=%lld s=%lld p=%s d=%lld g=%lld bias=%d op=%lld %s",
+             transpose ? "conv_transpose" : "conv", t->nd, (long long)t->c, (long long)t->sp[0], (long long)t->sp[1],
+             (long long)t->sp[2], (long long)t->f, (long long)t->k, (long long)t->s, pad, (long long)t->d,
+             (long long)t->g, t->bias, (long long)t->op, extra);
+}
+
+// The recipe line for the layer under test.
+static void layer_line(const cv_case *t, int transpose, const char *name, char *buf, size_t len) {
+    char pad[16];
+    if (t->p == GL_PAD_SAME) snprintf(pad, sizeof pad, "same");
+    else snprintf(pad, sizeof pad, "%lld", (long long)t->p);
+    if (transpose)
+        snprintf(buf, len,
+                 "    - {type: conv_transpose, name: %s, filters: %lld, kernel: %lld, stride: %lld, padding: %s, "
+                 "output_padding: %lld, dilation: %lld, groups: %lld, bias: %s}\n",
+                 name, (long long)t->f, (long long)t->k, (long long)t->s, pad, (long long)t->op, (long long)t->d,
+                 (long long)t->g, t->bias ? "true" : "false");
+    else
+        snprintf(buf, len,
+                 "    - {type: conv, name: %s, filters: %lld, kernel: %lld, stride: %lld, padding: %s, dilation: "
+                 "%lld, groups: %lld, bias: %s}\n",
+                 name, (long long)t->f, (long long)t->k, (long long)t->s, pad, (long long)t->d, (long long)t->g,
+                 t->bias ? "true" : "false");
+}
+
+static gl_shape input_shape(const cv_case *t) {
+    if (t->nd == 2) return (gl_shape){3, {t->c, t->sp[1], t->sp[2]}};
+    return (gl_shape){4, {t->c, t->sp[0], t->sp[1], t->sp[2]}};
+}
+
+// ---- reference loops --------------------------------------------------------------------------
+
+// Direct convolution. x is (N,C,D,H,W), w is (F,C/G,KD,KH,KW), b is (F) or NULL, y is (N,F,OD,OH,OW).
+// Adjoint mode (dy != NULL) instead accumulates dx, dw, db (any may be NULL) from dy.
+static void ref_conv(const ref_geom *r, int64_t n, int64_t c, int64_t f, int64_t groups, const float *x,
+                     const float *w, const float *b, double *y, const float *dy, double *dx, double *dw, double *db) {
+    int64_t cg = c / groups, fg = f / groups;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t fo = 0; fo < f; fo++)
+            for (int64_t oz = 0; oz < r->out[0]; oz++)
+                for (int64_t oy = 0; oy < r->out[1]; oy++)
+                    for (int64_t ox = 0; ox < r->out[2]; ox++) {
+                        int64_t oi = (s * f + fo) * r->out_pos + (oz * r->out[1] + oy) * r->out[2] + ox;
+                        double acc = b ? b[fo] : 0.0, g = dy ? dy[oi] : 0.0;
+                        if (dy && db) db[fo] += g;
+                        for (int64_t ci = 0; ci < cg; ci++)
+                            for (int64_t kz = 0; kz < r->k[0]; kz++)
+                                for (int64_t ky = 0; ky < r->k[1]; ky++)
+                                    for (int64_t kx = 0; kx < r->k[2]; kx++) {
+                                        int64_t iz = oz * r->s[0] - r->p[0] + kz * r->d[0];
+                                        int64_t iy = oy * r->s[1] - r->p[1] + ky * r->d[1];
+                                        int64_t ix = ox * r->s[2] - r->p[2] + kx * r->d[2];
+                                        if (iz < 0 || iy < 0 || ix < 0 || iz >= r->in[0] || iy >= r->in[1] ||
+                                            ix >= r->in[2])
+                                            continue;
+                                        int64_t ch = fo / fg * cg + ci;
+                                        int64_t xi = (s * c + ch) * r->in_pos + (iz * r->in[1] + iy) * r->in[2] + ix;
+                                        int64_t wi = (fo * cg + ci) * r->taps + (kz * r->k[1] + ky) * r->k[2] + kx;
+                                        acc += (double)x[xi] * w[wi];
+                                        if (dy && dx) dx[xi] += g * w[wi];
+                                        if (dy && dw) dw[wi] += g * x[xi];
+                                    }
+                        if (!dy) y[oi] = acc;
+                    }
+}
+
+// Transposed convolution by scattering each input: y[i*s - p + k*d] += x[i] * w. x is (N,C,D,H,W),
+// w is (C,F/G,KD,KH,KW), b is (F) or NULL, y is (N,F,OD,OH,OW) (r: in = x's sizes, out = y's).
+// Adjoint mode (dy != NULL) instead accumulates dx, dw, db (any may be NULL) from dy.
+static void ref_convt(const ref_geom *r, int64_t n, int64_t c, int64_t f, int64_t groups, const float *x,
+                      const float *w, const float *b, double *y, const float *dy, double *dx, double *dw,
+                      double *db) {
+    int64_t cg = c / groups, fg = f / groups;
+    if (!dy)
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t fo = 0; fo < f; fo++)
+                for (int64_t o = 0; o < r->out_pos; o++) y[(s * f + fo) * r->out_pos + o] = b ? b[fo] : 0.0;
+    if (dy && db)
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t fo = 0; fo < f; fo++)
+                for (int64_t o = 0; o < r->out_pos; o++) db[fo] += dy[(s * f + fo) * r->out_pos + o];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t iz = 0; iz < r->in[0]; iz++)
+                for (int64_t iy = 0; iy < r->in[1]; iy++)
+                    for (int64_t ix = 0; ix < r->in[2]; ix++) {
+                        int64_t xi = (s * c + ci) * r->in_pos + (iz * r->in[1] + iy) * r->in[2] + ix;
+                        for (int64_t fo = 0; fo < fg; fo++)
+                            for (int64_t kz = 0; kz < r->k[0]; kz++)
+                                for (int64_t ky = 0; ky < r->k[1]; ky++)
+                                    for (int64_t kx = 0; kx < r->k[2]; kx++) {
+                                        int64_t oz = iz * r->s[0] - r->p[0] + kz * r->d[0];
+                                        int64_t oy = iy * r->s[1] - r->p[1] + ky * r->d[1];
+                                        int64_t ox = ix * r->s[2] - r->p[2] + kx * r->d[2];
+                                        if (oz < 0 || oy < 0 || ox < 0 || oz >= r->out[0] || oy >= r->out[1] ||
+                                            ox >= r->out[2])
+                                            continue;
+                                        int64_t ch = ci / cg * fg + fo;
+                                        int64_t yi =
+                                            (s * f + ch) * r->out_pos + (oz * r->out[1] + oy) * r->out[2] + ox;
+                                        int64_t wi = (ci * fg + fo) * r->taps + (kz * r->k[1] + ky) * r->k[2] + kx;
+                                        if (!dy) y[yi] += (double)x[xi] * w[wi];
+                                        if (dy && dx) dx[xi] += (double)dy[yi] * w[wi];
+                                        if (dy && dw) dw[wi] += (double)dy[yi] * x[xi];
+                                    }
+                    }
+}
+
+// Fails with the first element of got that differs from want by more than atol + rtol |want|.
+static void expect_close(const char *what, const char *which, const float *got, const double *want, int64_t count,
+                         double rtol, double atol) {
+    for (int64_t i = 0; i < count; i++)
+        if (!(fabs(got[i] - want[i]) <= atol + rtol * fabs(want[i])))
+            fail_msg("%s: %s[%lld] = %.7g, reference %.7g", what, which, (long long)i, got[i], want[i]);
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) fail_msg("out of memory");
+    return p;
+}
+
+// ---- forward through the graph ----------------------------------------------------------------
+
+// Builds the layer for t, runs rows [0, n) forward with at most cap samples per chunk (0: as
+// many as scratch holds) and compares with the reference loops.
+static void check_forward(const cv_case *t, int transpose, int64_t n, int64_t cap) {
+    char what[256], extra[64], line[512];
+    snprintf(extra, sizeof extra, "n=%lld cap=%lld", (long long)n, (long long)cap);
+    case_text(t, transpose, extra, what, sizeof what);
+    layer_line(t, transpose, "l", line, sizeof line);
+    ref_geom r = ref_geometry(t, transpose);
+    tl_model m;
+    tl_model_build(&m, line, input_shape(t), n + 1);
+    gl_graph *g = &m.g;
+    layer_t *l = &g->layers[0];
+    // Shape, parameters and FLOPs.
+    if (l->out.shape.ndim != t->nd + 1 || l->out.shape.d[0] != t->f) fail_msg("%s: wrong output shape", what);
+    for (int j = 0; j < t->nd; j++)
+        if (l->out.shape.d[1 + j] != r.out[3 - t->nd + j])
+            fail_msg("%s: output dim %d is %lld, want %lld", what, 1 + j, (long long)l->out.shape.d[1 + j],
+                     (long long)r.out[3 - t->nd + j]);
+    int64_t wsize = (transpose ? t->c * (t->f / t->g) : t->f * (t->c / t->g)) * r.taps;
+    assert_int_equal(l->nparams, t->bias ? 2 : 1);
+    assert_int_equal(l->params[0].size, wsize);
+    if (t->bias) assert_int_equal(l->params[1].size, t->f);
+    assert_int_equal(g->nparams, wsize + (t->bias ? t->f : 0));
+    int64_t macs = transpose ? r.in_pos * t->c * (t->f / t->g) * r.taps : r.out_pos * t->f * (t->c / t->g) * r.taps;
+    assert_int_equal(l->flops, 2 * macs);
+
+    int64_t nx = t->c * r.in_pos, ny = t->f * r.out_pos;
+    tl_fill_uniform(g->input.data, n * nx, -1.0f, 1.0f, 100);
+    for (int64_t i = n * nx; i < (n + 1) * nx; i++) g->input.data[i] = NAN;  // the spare row: never read
+    tl_fill_uniform(g->params, g->nparams, -1.0f, 1.0f, 101);
+    for (int64_t i = 0; i < (n + 1) * ny; i++) l->out.data[i] = 1e30f;  // stale: must be overwritten
+    cpu_conv_set_chunk_cap(cap);
+    graph_forward(g, n, true);
+    cpu_conv_set_chunk_cap(0);
+
+    double *want = xmalloc(sizeof(double) * (size_t)(n * ny));
+    const float *w = g->params + l->params[0].offset, *b = t->bias ? g->params + l->params[1].offset : NULL;
+    if (transpose) ref_convt(&r, n, t->c, t->f, t->g, g->input.data, w, b, want, NULL, NULL, NULL, NULL);
+    else ref_conv(&r, n, t->c, t->f, t->g, g->input.data, w, b, want, NULL, NULL, NULL, NULL);
+    expect_close(what, "y", l->out.data, want, n * ny, 1e-5, 2e-6 * (double)(r.taps * t->c + 1));
+    for (int64_t i = n * ny; i < (n + 1) * ny; i++)
+        if (l->out.data[i] != 1e30f) fail_msg("%s: wrote row %lld past n", what, (long long)n);
+    free(want);
+    tl_model_free(&m);
+}
+
+// Every combination of stride, padding, dilation, groups and bias, each at batch 1 and at
+// batch 3 in one chunk, in chunks of 2 + 1 and in chunks of one sample.
+static void forward_matrix(int nd, int transpose) {
+    static const int64_t strides[] = {1, 2, 3}, pads[] = {0, 1, 2, GL_PAD_SAME}, tpads[] = {0, 1, 2};
+    static const int64_t dils[] = {1, 2}, groups[] = {1, 2, 4};
+    int count = 0;
+    for (size_t si = 0; si < 3; si++)
+        for (size_t pi = 0; pi < (transpose ? 3u : 4u); pi++)
+            for (size_t di = 0; di < 2; di++)
+                for (size_t gi = 0; gi < 3; gi++)
+                    for (int bias = 0; bias < 2; bias++) {
+                        cv_case t = {.nd = nd, .c = 4, .sp = {5, 6, 7}, .f = 8, .k = 3, .s = strides[si],
+                                     .p = transpose ? tpads[pi] : pads[pi], .d = dils[di], .g = groups[gi],
+                                     .bias = bias};
+                        if (nd == 2) t.sp[1] = 5;  // [4, 5, 7]
+                        if (transpose) {
+                            t.sp[0] = 4, t.sp[1] = 5, t.sp[2] = 6;  // 2D: [4, 5, 6]
+                            t.k = bias ? 3 : 2;  // both an even and an odd kernel
+                            t.op = (si + di + gi) % 2 ? (t.s > t.d ? t.s : t.d) - 1 : 0;
+                        }
+                        check_forward(&t, transpose, 1, 0);
+                        check_forward(&t, transpose, 3, 0);
+                        check_forward(&t, transpose, 3, 2);
+                        check_forward(&t, transpose, 3, 1);
+                        count++;
+                    }
+    assert_true(count >= 72);
+}
+
+static void test_conv2d_forward_matches_direct_loops(void **state) {
+    (void)state;
+    forward_matrix(2, 0);
+}
+
+static void test_conv3d_forward_matches_direct_loops(void **state) {
+    (void)state;
+    forward_matrix(3, 0);
+}
+
+static void test_conv_transpose2d_forward_matches_scatter_loops(void **state) {
+    (void)state;
+    forward_matrix(2, 1);
+}
+
+static void test_conv_transpose3d_forward_matches_scatter_loops(void **state) {
+    (void)state;
+    forward_matrix(3, 1);
+}
+
+// Shapes the matrix above does not reach: 1x1 (no im2col), even kernels with `same`, wide
+// kernels, odd channel counts, groups that are neither 1 nor depthwise.
+static void test_conv_forward_special_shapes(void **state) {
+    (void)state;
+    const cv_case cases[] = {
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 1},
+        {.nd = 3, .c = 3, .sp = {5, 6, 7}, .f = 5, .k = 1, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 0},
+        {.nd = 2, .c = 4, .sp = {1, 5, 7}, .f = 6, .k = 1, .s = 1, .p = 0, .d = 3, .g = 2, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 1, .p = 1, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 2, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1, .bias = 1},
+        {.nd = 3, .c = 2, .sp = {5, 6, 7}, .f = 3, .k = 4, .s = 2, .p = GL_PAD_SAME, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 5, .s = 1, .p = 2, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 5, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 0},
+        {.nd = 2, .c = 6, .sp = {1, 5, 7}, .f = 9, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 2, .g = 3, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 3, .s = 5, .p = GL_PAD_SAME, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 3, .s = 2, .p = 4, .d = 1, .g = 1, .bias = 1},
+        {.nd = 2, .c = 1, .sp = {1, 1, 1}, .f = 2, .k = 1, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 1},
+        {.nd = 3, .c = 1, .sp = {1, 1, 1}, .f = 2, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1, .bias = 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_forward(&cases[i], 0, 3, 0);
+        check_forward(&cases[i], 0, 3, 2);
+        check_forward(&cases[i], 0, 1, 0);
+    }
+    const cv_case tcases[] = {
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 1},  // no col2im
+        {.nd = 3, .c = 3, .sp = {3, 4, 5}, .f = 5, .k = 1, .s = 1, .p = 0, .d = 1, .g = 1, .bias = 0},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 1, .p = 0, .d = 2, .g = 1, .bias = 1, .op = 1},
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 5, .k = 1, .s = 3, .p = 0, .d = 1, .g = 1, .bias = 1, .op = 2},
+        {.nd = 2, .c = 6, .sp = {1, 5, 7}, .f = 9, .k = 4, .s = 2, .p = 1, .d = 1, .g = 3, .bias = 1},
+        {.nd = 3, .c = 2, .sp = {2, 3, 4}, .f = 4, .k = 2, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1},  // x2 upsampling
+        {.nd = 2, .c = 3, .sp = {1, 5, 7}, .f = 2, .k = 3, .s = 1, .p = 2, .d = 2, .g = 1, .bias = 1, .op = 1},
+        {.nd = 2, .c = 1, .sp = {1, 1, 1}, .f = 2, .k = 3, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1},
+    };
+    for (size_t i = 0; i < sizeof tcases / sizeof tcases[0]; i++) {
+        check_forward(&tcases[i], 1, 3, 0);
+        check_forward(&tcases[i], 1, 3, 2);
+        check_forward(&tcases[i], 1, 1, 0);
+    }
+}
+
+// ---- the kernels, called directly, against the reference loops and their adjoints --------------------------------------------
+
+static int is_direct(const ref_geom *r) {
+    for (int j = 0; j < 3; j++)
+        if (r->k[j] != 1 || r->s[j] != 1 || r->p[j] != 0 || r->in[j] != r->out[j]) return 0;
+    return 1;
+}
+
+// Calls the backend directly with scratch for ss samples (the documented size): forward (y full
+// of garbage: it must be overwritten), then backward with dx prefilled (it must be accumulated
+// into), dw and db full of garbage (they must be overwritten).
+static void check_kernels(const cv_case *t, int transpose, int64_t n, int64_t ss, int with_dx, int with_db) {
+    char what[256], extra[64];
+    snprintf(extra, sizeof extra, "n=%lld scratch for %lld dx=%d db=%d", (long long)n, (long long)ss, with_dx,
+             with_db);
+    case_text(t, transpose, extra, what, sizeof what);
+    const gl_backend *be = backend_cpu();
+    ref_geom r = ref_geometry(t, transpose);
+    int64_t nx = t->c * r.in_pos, ny = t->f * r.out_pos;
+    int64_t nw = (transpose ? t->c * (t->f / t->g) : t->f * (t->c / t->g)) * r.taps;
+    // Per sample: (C*taps + F) * OD*OH*OW of the convolution the kernel runs.
+    int64_t per = transpose ? (t->f * r.taps + t->c) * r.in_pos : (t->c * r.taps + t->f) * r.out_pos;
+    int64_t sf = is_direct(&r) ? 0 : ss * per;
+    float *x = xmalloc(sizeof(float) * (size_t)(n * nx)), *w = xmalloc(sizeof(float) * (size_t)nw);
+    float *dy = xmalloc(sizeof(float) * (size_t)(n * ny)), *dx = xmalloc(sizeof(float) * (size_t)(n * nx));
+    float *dw = xmalloc(sizeof(float) * (size_t)nw), *db = xmalloc(sizeof(float) * (size_t)t->f);
+    float *scratch = sf ? xmalloc(sizeof(float) * (size_t)sf) : NULL;
+    double *rdx = calloc((size_t)(n * nx), sizeof(double)), *rdw = calloc((size_t)nw, sizeof(double));
+    double *rdb = calloc((size_t)t->f, sizeof(double));
+    assert_true(rdx && rdw && rdb);
+    tl_fill_uniform(x, n * nx, -1, 1, 200);
+    tl_fill_uniform(w, nw, -1, 1, 201);
+    tl_fill_uniform(dy, n * ny, -1, 1, 202);
+    float *y = xmalloc(sizeof(float) * (size_t)(n * ny));
+    double *ry = xmalloc(sizeof(double) * (size_t)(n * ny));
+    float *b = xmalloc(sizeof(float) * (size_t)t->f);
+    tl_fill_uniform(b, t->f, -1, 1, 203);
+    for (int64_t i = 0; i < n * ny; i++) y[i] = 1e30f;
+    if (transpose) {
+        be->conv_transpose_forward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, t->bias ? b : NULL,
+                                   y, scratch, sf);
+        ref_convt(&r, n, t->c, t->f, t->g, x, w, t->bias ? b : NULL, ry, NULL, NULL, NULL, NULL);
+    } else {
+        be->conv_forward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, t->bias ? b : NULL, y, scratch,
+                         sf);
+        ref_conv(&r, n, t->c, t->f, t->g, x, w, t->bias ? b : NULL, ry, NULL, NULL, NULL, NULL);
+    }
+    expect_close(what, "y", y, ry, n * ny, 1e-5, 2e-6 * (double)(r.taps * t->c + 1));
+    free(b), free(ry), free(y);
+
+    for (int64_t i = 0; i < n * nx; i++) dx[i] = 0.25f, rdx[i] = 0.25;
+    for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
+    for (int64_t i = 0; i < t->f; i++) db[i] = 1e30f;
+    if (transpose)
+        be->conv_transpose_backward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, dy, dw,
+                                    with_db ? db : NULL, with_dx ? dx : NULL, scratch, sf);
+    else
+        be->conv_backward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, dy, dw, with_db ? db : NULL,
+                          with_dx ? dx : NULL, scratch, sf);
+    if (transpose) ref_convt(&r, n, t->c, t->f, t->g, x, w, NULL, NULL, dy, rdx, rdw, rdb);
+    else ref_conv(&r, n, t->c, t->f, t->g, x, w, NULL, NULL, dy, rdx, rdw, rdb);
+    double atol = 1e-6 * (double)(n * (r.out_pos + r.in_pos) + t->f * r.taps);
+    expect_close(what, "dw", dw, rdw, nw, 1e-5, atol);
+    if (with_db) expect_close(what, "db", db, rdb, t->f, 1e-5, atol);
+    else
+        for (int64_t i = 0; i < t->f; i++) assert_true(db[i] == 1e30f);
+    if (with_dx) expect_close(what, "dx", dx, rdx, n * nx, 1e-5, atol);
+    else
+        for (int64_t i = 0; i < n * nx; i++) assert_true(dx[i] == 0.25f);
+    free(scratch), free(db), free(dw), free(dx), free(dy), free(w), free(x), free(rdx), free(rdw), free(rdb);
+}
+
+static void kernel_matrix(int nd, int transpose) {
+    static const int64_t strides[] = {1, 2, 3}, pads[] = {0, 1, GL_PAD_SAME}, dils[] = {1, 2}, groups[] = {1, 2, 4};
+    for (size_t si = 0; si < 3; si++)
+        for (size_t pi = 0; pi < 3; pi++)
+            for (size_t di = 0; di < 2; di++)
+                for (size_t gi = 0; gi < 3; gi++) {
+                    cv_case t = {.nd = nd, .c = 4, .sp = {5, 6, 7}, .f = 8, .k = 3, .s = strides[si], .p = pads[pi],
+                                 .d = dils[di], .g = groups[gi], .bias = (int)(si + gi) % 2};
+                    if (transpose) {
+                        if (t.p == GL_PAD_SAME) t.p = 2;
+                        t.sp[0] = 3, t.sp[1] = 4, t.sp[2] = 5;
+                        t.op = (si + di) % 2 ? (t.s > t.d ? t.s : t.d) - 1 : 0;
+                    }
+                    int64_t ss = 1 + (int64_t)((si + pi + gi) % 3);  // scratch for 1, 2 or 3 samples
+                    check_kernels(&t, transpose, 3, ss, 1, 1);
+                    if (gi == 0 && di == 0) check_kernels(&t, transpose, 1, 1, 0, 1);
+                    if (gi == 1 && di == 1) check_kernels(&t, transpose, 3, 2, 1, 0);
+                }
+    // 1x1, stride 1, unpadded: the no-columns path.
+    cv_case one = {.nd = nd, .c = 4, .sp = {3, 5, 7}, .f = 6, .k = 1, .s = 1, .p = 0, .d = 1, .g = 2};
+    check_kernels(&one, transpose, 3, 0, 1, 1);
+    check_kernels(&one, transpose, 2, 0, 0, 0);
+}
+
+static void test_conv_kernels_match_direct_loops(void **state) {
+    (void)state;
+    kernel_matrix(2, 0);
+    kernel_matrix(3, 0);
+}
+
+static void test_conv_transpose_kernels_match_scatter_loops(void **state) {
+    (void)state;
+    kernel_matrix(2, 1);
+    kernel_matrix(3, 1);
+}
+
+// ---- finite differences through the graph -----------------------------------------------------
+
+typedef struct {
+    gl_graph *g;
+    const float *r;
+    int64_t n;
+} fd_ctx;
+
+static double fd_loss(void *p) {
+    fd_ctx *c = p;
+    graph_forward(c->g, c->n, true);
+    const gl_tensor *o = graph_output(c->g);
+    double l = 0.0;
+    for (int64_t i = 0; i < c->n * o->size; i++) l += (double)o->data[i] * (double)c->r[i];
+    return l;
+}
+
+// input -> x (leaky_relu slope 1: the identity, with a gradient buffer) -> the layer under test.
+// L = sum(out * R); checks dL/dx, dL/dweight and dL/dbias against central differences.
+static void gradcheck(const cv_case *t, int transpose, int64_t cap) {
+    enum { N = 2 };
+    char what[256], extra[32], line[512], layers[640];
+    snprintf(extra, sizeof extra, "cap=%lld", (long long)cap);
+    case_text(t, transpose, extra, what, sizeof what);
+    layer_line(t, transpose, "l", line, sizeof line);
+    snprintf(layers, sizeof layers, "    - {type: leaky_relu, name: x, slope: 1.0}\n%s", line);
+    tl_model m;
+    tl_model_build(&m, layers, input_shape(t), N + 1);
+    gl_graph *g = &m.g;
+    gl_tensor *x = &g->layers[0].out, *out = graph_output(g);
+    layer_t *l = &g->layers[1];
+    tl_fill_away_from_zero(g->input.data, N * g->input.size, 0.05f, 1.0f, 300);
+    for (int64_t i = N * g->input.size; i < (N + 1) * g->input.size; i++) g->input.data[i] = NAN;
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 301);
+    float *r = xmalloc(sizeof(float) * (size_t)(N * out->size));
+    tl_fill_uniform(r, N * out->size, -1, 1, 302);
+    fd_ctx c = {g, r, N};
+    cpu_conv_set_chunk_cap(cap);
+    double l0 = fd_loss(&c);
+    memcpy(out->grad, r, sizeof(float) * (size_t)(N * out->size));
+    for (int64_t i = 0; i < g->nparams; i++) g->grads[i] = 1e6f;
+    graph_backward(g, N);
+    int64_t nx = N * x->size, most = nx > g->nparams ? nx : g->nparams;
+    float *dx = xmalloc(sizeof(float) * (size_t)nx), *dp = xmalloc(sizeof(float) * (size_t)g->nparams);
+    double *num = xmalloc(sizeof(double) * (size_t)most);
+    memcpy(dx, x->grad, sizeof(float) * (size_t)nx);
+    memcpy(dp, g->grads, sizeof(float) * (size_t)g->nparams);
+    char name[320];
+    tl_fd_grad(g->input.data, nx, 1e-2f, fd_loss, &c, num);
+    snprintf(name, sizeof name, "%s: dL/dx", what);
+    if (tl_check_grad(name, dx, num, nx, 2e-2, 2e-3) < 1e-2) fail_msg("%s: dL/dx is all zero", what);
+    for (int p = 0; p < l->nparams; p++) {
+        const gl_param *pp = &l->params[p];
+        tl_fd_grad(g->params + pp->offset, pp->size, 1e-2f, fd_loss, &c, num);
+        snprintf(name, sizeof name, "%s: dL/d%s", what, pp->name);
+        if (tl_check_grad(name, dp + pp->offset, num, pp->size, 2e-2, 2e-3) < 1e-2)
+            fail_msg("%s: dL/d%s is all zero", what, pp->name);
+    }
+    assert_true(fabs(fd_loss(&c) - l0) <= 1e-9 * (1 + fabs(l0)));
+    cpu_conv_set_chunk_cap(0);
+    free(num), free(dp), free(dx), free(r);
+    tl_model_free(&m);
+}
+
+static void test_conv_gradients_match_finite_differences(void **state) {
+    (void)state;
+    for (int nd = 2; nd <= 3; nd++) {
+        cv_case base = {.nd = nd, .c = 4, .sp = {3, 5, 4}, .f = 4, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1,
+                        .bias = 1};
+        if (nd == 2) base.sp[1] = 5, base.sp[2] = 7;
+        cv_case t = base;
+        gradcheck(&t, 0, 0);
+        t = base, t.s = 2, t.g = 2, t.bias = 0;  // asymmetric `same`, groups
+        gradcheck(&t, 0, 1);
+        t = base, t.s = 2, t.p = 1, t.d = 2;  // dilation
+        gradcheck(&t, 0, 0);
+        t = base, t.k = 2, t.s = 3, t.p = 2, t.g = 4;  // depthwise, stride 3
+        gradcheck(&t, 0, 0);
+        t = base, t.k = 1, t.p = 0;  // 1x1: no columns
+        gradcheck(&t, 0, 0);
+    }
+}
+
+static void test_conv_transpose_gradients_match_finite_differences(void **state) {
+    (void)state;
+    for (int nd = 2; nd <= 3; nd++) {
+        cv_case base = {.nd = nd, .c = 4, .sp = {2, 3, 4}, .f = 4, .k = 2, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1};
+        if (nd == 2) base.sp[1] = 3, base.sp[2] = 5;
+        cv_case t = base;
+        gradcheck(&t, 1, 0);
+        t = base, t.k = 3, t.p = 1, t.op = 1, t.g = 2, t.bias = 0;
+        gradcheck(&t, 1, 1);
+        t = base, t.k = 3, t.s = 1, t.p = 1, t.d = 2, t.op = 1;  // output_padding < dilation
+        gradcheck(&t, 1, 0);
+        t = base, t.k = 3, t.s = 3, t.op = 2, t.g = 4;  // depthwise
+        gradcheck(&t, 1, 0);
+        t = base, t.k = 1, t.s = 1;  // 1x1: no columns
+        gradcheck(&t, 1, 0);
+    }
+}
+
+// ---- threads ----------------------------------------------------------------------------------
+
+// Forward and backward at 1, 2 and 3 threads give the same bits.
+static void check_threads(const cv_case *t, int transpose, int64_t n) {
+    char what[256], line[512], layers[640];
+    case_text(t, transpose, "threads", what, sizeof what);
+    layer_line(t, transpose, "l", line, sizeof line);
+    snprintf(layers, sizeof layers, "    - {type: leaky_relu, name: x, slope: 1.0}\n%s", line);
+    tl_model m;
+    tl_model_build(&m, layers, input_shape(t), n);
+    gl_graph *g = &m.g;
+    gl_tensor *x = &g->layers[0].out, *out = graph_output(g);
+    tl_fill_uniform(g->input.data, n * g->input.size, -1, 1, 400);
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 401);
+    size_t ny = (size_t)(n * out->size), nx = (size_t)(n * x->size), np = (size_t)g->nparams;
+    float *keep = xmalloc(sizeof(float) * (ny + nx + np));
+    for (int threads = 1; threads <= 3; threads++) {
+        g->be->set_threads(threads);
+        graph_forward(g, n, true);
+        tl_fill_uniform(out->grad, (int64_t)ny, -1, 1, 402);
+        graph_backward(g, n);
+        if (threads == 1) {
+            memcpy(keep, out->data, sizeof(float) * ny);
+            memcpy(keep + ny, x->grad, sizeof(float) * nx);
+            memcpy(keep + ny + nx, g->grads, sizeof(float) * np);
+        } else {
+            if (memcmp(keep, out->data, sizeof(float) * ny))
+                fail_msg("%s: the output at %d threads differs from 1 thread's", what, threads);
+            if (memcmp(keep + ny, x->grad, sizeof(float) * nx))
+                fail_msg("%s: dx at %d threads differs from 1 thread's", what, threads);
+            if (memcmp(keep + ny + nx, g->grads, sizeof(float) * np))
+                fail_msg("%s: the parameter gradients at %d threads differ from 1 thread's", what, threads);
+        }
+    }
+    free(keep);
+    tl_model_free(&m);
+}
+
+static void test_conv_results_do_not_depend_on_threads(void **state) {
+    (void)state;
+    // Reductions longer than one sgemm K block (128) in every GEMM: C/G * taps = 216 (forward),
+    // C_in/G = 160 (conv_transpose forward), positions (dW).
+    cv_case t2 = {.nd = 2, .c = 24, .sp = {1, 33, 35}, .f = 16, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1,
+                  .bias = 1};
+    cv_case t3 = {.nd = 3, .c = 4, .sp = {12, 13, 14}, .f = 8, .k = 3, .s = 2, .p = GL_PAD_SAME, .d = 1, .g = 2,
+                  .bias = 1};
+    cv_case u2 = {.nd = 2, .c = 160, .sp = {1, 9, 11}, .f = 16, .k = 3, .s = 2, .p = 1, .d = 1, .g = 1, .bias = 1,
+                  .op = 1};
+    cv_case u3 = {.nd = 3, .c = 8, .sp = {6, 7, 8}, .f = 4, .k = 2, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1};
+    check_threads(&t2, 0, 3);
+    check_threads(&t3, 0, 3);
+    check_threads(&u2, 1, 3);
+    check_threads(&u3, 1, 3);
+    backend_cpu()->set_threads(2);
+}
+
+// ---- parameters and the scratch plan -----------------------------------------------------------
+
+static void test_conv_parameters_follow_pytorch(void **state) {
+    (void)state;
+    tl_model m;
+    tl_model_build(&m,
+                   "    - {type: conv, name: a, filters: 6, kernel: 3, groups: 2}\n"
+                   "    - {type: conv_transpose, name: b, filters: 4, kernel: 2, stride: 2, groups: 2, bias: false}\n",
+                   (gl_shape){3, {4, 9, 10}}, 2);
+    const layer_t *a = &m.g.layers[0], *b = &m.g.layers[1];
+    assert_string_equal(a->params[0].name, "weight");
+    assert_string_equal(a->params[1].name, "bias");
+    assert_int_equal(a->params[0].shape.ndim, 4);
+    assert_int_equal(a->params[0].shape.d[0], 6);
+    assert_int_equal(a->params[0].shape.d[1], 2);
+    assert_int_equal(a->params[0].shape.d[2], 3);
+    assert_int_equal(a->params[0].shape.d[3], 3);
+    assert_int_equal(a->params[0].fan_in, 2 * 9);
+    assert_int_equal(a->params[0].fan_out, 3 * 9);
+    assert_int_equal(a->params[1].shape.ndim, 1);
+    assert_int_equal(a->params[1].shape.d[0], 6);
+    assert_int_equal(a->out.shape.d[1], 7);  // padding 0: 9 - 2
+    assert_int_equal(a->out.shape.d[2], 8);
+    assert_int_equal(b->nparams, 1);
+    assert_int_equal(b->params[0].shape.d[0], 6);  // [C_in, filters / groups, k, k]
+    assert_int_equal(b->params[0].shape.d[1], 2);
+    assert_int_equal(b->params[0].fan_in, 2 * 4);
+    assert_int_equal(b->out.shape.d[0], 4);
+    assert_int_equal(b->out.shape.d[1], 14);
+    assert_int_equal(b->out.shape.d[2], 16);
+    // Scratch: the whole batch of columns fits in 64 MiB here.
+    assert_int_equal(a->scratch_floats, 2 * (4 * 9 + 6) * 7 * 8);
+    assert_int_equal(b->scratch_floats, 2 * (4 * 4 + 6) * 7 * 8);
+    tl_model_free(&m);
+
+    // 3D: [filters, C/groups, k, k, k] (folded to 4 dimensions while gl_shape holds 4).
+    tl_model_build(&m, "    - {type: conv, filters: 5, kernel: 3, padding: same}\n", (gl_shape){4, {2, 4, 5, 6}}, 1);
+    const gl_param *w = &m.g.layers[0].params[0];
+    assert_int_equal(w->size, 5 * 2 * 27);
+    assert_int_equal(w->fan_in, 2 * 27);
+    assert_int_equal(w->shape.d[0], 5);
+    assert_int_equal(w->shape.d[1], 2);
+    int64_t prod = 1;
+    for (int j = 0; j < w->shape.ndim; j++) prod *= w->shape.d[j];
+    assert_int_equal(prod, w->size);
+    assert_int_equal(m.g.layers[0].out.shape.ndim, 4);
+    assert_int_equal(m.g.layers[0].out.shape.d[1], 4);
+    tl_model_free(&m);
+
+    // 1x1 stride 1 unpadded: no scratch at all; a huge sample: one sample of scratch.
+    tl_model_build(&m, "    - {type: conv, filters: 5, kernel: 1}\n", (gl_shape){3, {3, 8, 8}}, 4);
+    assert_int_equal(m.g.layers[0].scratch_floats, 0);
+    tl_model_free(&m);
+    recipe_t rr;
+    char *yaml = tl_recipe_text("    - {type: conv, filters: 8, kernel: 3, padding: same}\n");
+    tl_recipe(&rr, yaml, 0, NULL);
+    gl_graph g;
+    assert_int_equal(graph_build(&g, &rr, (gl_shape){4, {4, 64, 64, 64}}, 16, backend_cpu(), stderr), 0);
+    assert_int_equal(g.layers[0].scratch_floats, (4 * 27 + 8) * 64 * 64 * 64);  // 122 MB > 64 MiB: one sample
+    graph_free(&g);
+    recipe_free(&rr);
+    free(yaml);
+}
+
+// He init scales with fan_in = C/groups * k^d.
+static void test_conv_init_uses_fan_in(void **state) {
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: conv, filters: 64, kernel: 3, init: he_normal}\n", (gl_shape){3, {16, 5, 5}}, 1);
+    graph_init_params(&m.g, 7);
+    const gl_param *w = &m.g.layers[0].params[0];
+    double ss = 0;
+    for (int64_t i = 0; i < w->size; i++) ss += (double)m.g.params[w->offset + i] * m.g.params[w->offset + i];
+    double var = ss / (double)w->size, want = 2.0 / (16 * 9);
+    if (fabs(var / want - 1.0) > 0.1) fail_msg("weight variance %g, want 2 / fan_in = %g", var, want);
+    for (int64_t i = 0; i < 64; i++) assert_true(m.g.params[m.g.layers[0].params[1].offset + i] == 0.0f);
+    tl_model_free(&m);
+}
+
+// ---- configurations infer must refuse ----------------------------------------------------------
+
+// graph_build must fail with a message holding every one of want[] (NULL-terminated).
+static void expect_build_error(const char *layers, gl_shape input, const char *const *want) {
+    recipe_t r;
+    char *yaml = tl_recipe_text(layers);
+    tl_recipe(&r, yaml, 0, NULL);
+    gl_graph g;
+    tl_stream s;
+    int rc = graph_build(&g, &r, input, 4, backend_cpu(), tl_stream_open(&s));
+    char *text = tl_stream_close(&s);
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", text);
+    free(text);
+    graph_free(&g);
+    recipe_free(&r);
+    free(yaml);
+    if (rc != -1) fail_msg("graph_build accepted:\n%s", layers);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(copy, want[i])) fail_msg("the error\n  %s\ndoes not say '%s'", copy, want[i]);
+}
+
+#define WANT(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void test_conv_infer_errors_name_the_shapes(void **state) {
+    (void)state;
+    gl_shape img = {3, {4, 5, 7}}, vol = {4, {2, 3, 8, 8}};
+    expect_build_error("    - {type: conv, filters: 4}\n", shape_1d(5),
+                       WANT("conv needs an input of shape [C, H, W] or [C, D, H, W], got [5]"));
+    expect_build_error("    - {type: conv, filters: 4}\n", (gl_shape){3, {2, 0, 5}}, WANT("conv got an empty input [2, 0, 5]"));
+    expect_build_error("    - {type: conv, filters: 6, groups: 3}\n", img,
+                       WANT("groups 3 does not divide the 4 input channels", "input shape [4, 5, 7]"));
+    expect_build_error("    - {type: conv, filters: 5, groups: 2}\n", img,
+                       WANT("groups 2 does not divide filters 5", "[4, 5, 7]"));
+    expect_build_error("    - {type: conv, filters: 4, kernel: 7}\n", img,
+                       WANT("kernel 7 with dilation 1 spans 7, more than the padded input along H (5 + 0 + 0 = 5)",
+                            "[4, 5, 7]"));
+    expect_build_error("    - {type: conv, filters: 4, kernel: 3, dilation: 4, padding: 1}\n", img,
+                       WANT("kernel 3 with dilation 4 spans 9, more than the padded input along H (5 + 1 + 1 = 7)"));
+    expect_build_error("    - {type: conv, filters: 4, kernel: 4}\n", vol,
+                       WANT("spans 4, more than the padded input along D (3 + 0 + 0 = 3)", "input shape [2, 3, 8, 8]"));
+    expect_build_error("    - {type: conv, filters: 1000000, kernel: 3, padding: same}\n", (gl_shape){3, {1000, 5, 5}},
+                       WANT("weight [1000000, 1000, 3, 3] has more than 4e9 elements", "[1000, 5, 5]"));
+    expect_build_error("    - {type: conv, filters: 1000000, kernel: 3, padding: same}\n",
+                       (gl_shape){4, {1000, 5, 5, 5}}, WANT("weight [1000000, 1000, 3, 3, 3] has more than 4e9 elements"));
+    expect_build_error("    - {type: conv, filters: 2, kernel: 1}\n", (gl_shape){4, {1, 2048, 2048, 1024}},
+                       WANT("the output [2, 2048, 2048, 1024]", "exceed 2^31 - 1", "input shape [1, 2048, 2048, 1024]"));
+}
+
+static void test_conv_transpose_infer_errors_name_the_shapes(void **state) {
+    (void)state;
+    gl_shape img = {3, {4, 5, 7}};
+    expect_build_error("    - {type: conv_transpose, filters: 4}\n", (gl_shape){2, {3, 8}},
+                       WANT("conv_transpose needs an input of shape [C, H, W] or [C, D, H, W], got [3, 8]"));
+    expect_build_error("    - {type: conv_transpose, filters: 6, groups: 3}\n", img,
+                       WANT("groups 3 does not divide the 4 input channels", "[4, 5, 7]"));
+    expect_build_error("    - {type: conv_transpose, filters: 5, groups: 2}\n", img,
+                       WANT("groups 2 does not divide filters 5"));
+    expect_build_error("    - {type: conv_transpose, filters: 4, stride: 2, output_padding: 2}\n", img,
+                       WANT("output_padding 2 must be smaller than stride 2 or dilation 1"));
+    expect_build_error("    - {type: conv_transpose, filters: 4, kernel: 1, output_padding: 1}\n", img,
+                       WANT("output_padding 1 must be smaller than stride 1 or dilation 1"));
+    expect_build_error("    - {type: conv_transpose, filters: 4, kernel: 1, padding: 1}\n", (gl_shape){3, {2, 1, 6}},
+                       WANT("the output along H would have size (1 - 1) * stride 1 - 2 * padding 1 + dilation 1 * "
+                            "(kernel 1 - 1) + output_padding 0 + 1 = -1",
+                            "input shape [2, 1, 6]"));
+    expect_build_error("    - {type: conv_transpose, filters: 1000000, kernel: 3}\n", (gl_shape){3, {1000, 5, 5}},
+                       WANT("weight [1000, 1000000, 3, 3] has more than 4e9 elements"));
+    expect_build_error("    - {type: conv_transpose, filters: 1, kernel: 2, stride: 2}\n",
+                       (gl_shape){4, {1, 1024, 1024, 1024}}, WANT("exceed 2^31 - 1", "[1, 2048, 2048, 2048]"));
+}
+
+// conv_transpose's padding is an integer: `same` is a recipe error, not a crash.
+static void test_conv_transpose_rejects_padding_same(void **state) {
+    (void)state;
+    recipe_t r;
+    char *yaml = tl_recipe_text("    - {type: conv_transpose, filters: 4, padding: same}\n");
+    char *errors = NULL;
+    int rc = tl_recipe_try(&r, yaml, 0, NULL, &errors, NULL);
+    assert_int_equal(rc, -1);
+    assert_non_null(strstr(errors, "padding"));
+    free(errors);
+    recipe_free(&r);
+    free(yaml);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d_forward_matches_direct_loops),
+        cmocka_unit_test(test_conv3d_forward_matches_direct_loops),
+        cmocka_unit_test(test_conv_forward_special_shapes),
+        cmocka_unit_test(test_conv_transpose2d_forward_matches_scatter_loops),
+        cmocka_unit_test(test_conv_transpose3d_forward_matches_scatter_loops),
+        cmocka_unit_test(test_conv_kernels_match_direct_loops),
+        cmocka_unit_test(test_conv_transpose_kernels_match_scatter_loops),
+        cmocka_unit_test(test_conv_gradients_match_finite_differences),
+        cmocka_unit_test(test_conv_transpose_gradients_match_finite_differences),
+        cmocka_unit_test(test_conv_results_do_not_depend_on_threads),
+        cmocka_unit_test(test_conv_parameters_follow_pytorch),
+        cmocka_unit_test(test_conv_init_uses_fan_in),
+        cmocka_unit_test(test_conv_infer_errors_name_the_shapes),
+        cmocka_unit_test(test_conv_transpose_infer_errors_name_the_shapes),
+        cmocka_unit_test(test_conv_transpose_rejects_padding_same),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,410 @@
+// test_graph.c: building the layer graph: shape inference and the memory plan, `inputs:` wiring
+// (and gradients when one tensor feeds two layers), non-finite detection, the summary table,
+// parameter init, and forward against a hand-written composition.
+#include "testlib.h"
+
+#include <stdint.h>
+
+static int aligned(const void *p) { return ((uintptr_t)p % GL_ARENA_ALIGN) == 0; }
+
+static void assert_shape(const gl_shape *s, int ndim, int64_t d0, int64_t d1, int64_t d2)
+{
+    char buf[64];
+    shape_format(s, buf, sizeof buf);
+    int64_t want[3] = {d0, d1, d2};
+    if (s->ndim != ndim) fail_msg("shape %s: want %d dims", buf, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (s->d[i] != want[i]) fail_msg("shape %s: dim %d should be %lld", buf, i, (long long)want[i]);
+}
+
+// ---- shapes and the memory plan ---------------------------------------------------------------
+
+static void test_shape_inference_and_plan(void **state)
+{
+    (void)state;
+    tl_model m;
+    // Input [2, 3, 4]: the activation keeps it, dense flattens it (24 features).
+    tl_model_build(&m,
+                   "    - {type: tanh, name: t}\n"
+                   "    - {type: dense, units: 7, name: h}\n"
+                   "    - {type: relu, name: r}\n"
+                   "    - {type: dense, units: 3, bias: false, name: out}\n",
+                   (gl_shape){3, {2, 3, 4}}, 5);
+    gl_graph *g = &m.g;
+    assert_int_equal(g->nlayers, 4);
+    assert_int_equal(g->batch, 5);
+    assert_int_equal(g->input.size, 24);
+    assert_shape(&g->layers[0].out.shape, 3, 2, 3, 4);
+    assert_int_equal(g->layers[0].out.size, 24);
+    assert_shape(&g->layers[1].out.shape, 1, 7, 0, 0);
+    assert_shape(&g->layers[2].out.shape, 1, 7, 0, 0);
+    assert_shape(&g->layers[3].out.shape, 1, 3, 0, 0);
+    assert_ptr_equal(graph_output(g), &g->layers[3].out);
+    // Default wiring: each layer reads the one before; the first reads the input.
+    assert_ptr_equal(g->layers[0].in[0], &g->input);
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(g->layers[i].nin, 1);
+        assert_ptr_equal(g->layers[i].in[0], &g->layers[i - 1].out);
+    }
+    // Parameters: h.weight [7, 24], h.bias [7], out.weight [3, 7], laid out in order.
+    const layer_t *h = &g->layers[1], *o = &g->layers[3];
+    assert_int_equal(h->nparams, 2);
+    assert_shape(&h->params[0].shape, 2, 7, 24, 0);
+    assert_int_equal(h->params[0].offset, 0);
+    assert_int_equal(h->params[1].offset, 168);
+    assert_int_equal(o->nparams, 1);
+    assert_int_equal(o->params[0].offset, 175);
+    assert_int_equal(g->nparams, 175 + 21);
+    assert_int_equal(g->flops, 2 * 24 * 7 + 2 * 7 * 3);
+    assert_int_equal(g->act_floats, 24 + 2 * (24 + 7 + 7 + 3));
+    assert_true(g->bytes >= (size_t)(2 * g->nparams + g->act_floats * g->batch) * sizeof(float));
+    // Bound: every tensor carved, aligned, inside the arena, grads where they belong.
+    assert_true(m.a.used <= m.a.cap);
+    assert_true(aligned(g->params) && aligned(g->grads) && aligned(g->input.data));
+    assert_null(g->input.grad);
+    for (int i = 0; i < 4; i++) {
+        const layer_t *l = &g->layers[i];
+        assert_true(aligned(l->out.data) && aligned(l->out.grad));
+        assert_true((uint8_t *)l->out.grad >= m.a.base &&
+                    (uint8_t *)(l->out.grad + l->out.size * g->batch) <= m.a.base + m.a.used);
+        assert_true(l->out.data + l->out.size * g->batch <= l->out.grad || l->out.grad + l->out.size * g->batch <= l->out.data);
+    }
+    assert_ptr_equal(h->w, g->params);
+    assert_ptr_equal(o->w, g->params + 175);
+    assert_ptr_equal(o->dw, g->grads + 175);
+    tl_model_free(&m);
+}
+
+static void test_build_error_names_the_layer(void **state)
+{
+    (void)state;
+    recipe_t r;
+    char path[64];
+    char *errors = NULL;
+    char *yaml = tl_recipe_text("    - {type: dense, units: 4, name: a}\n"
+                                "    - {type: dense, units: 4, name: b, inputs: input}\n"
+                                "    - {type: relu, name: both, inputs: [a, b]}\n");
+    assert_int_equal(tl_recipe_try(&r, yaml, 0, NULL, &errors, path), 0);
+    free(errors);
+    free(yaml);
+    gl_graph g;
+    tl_stream s;
+    int rc = graph_build(&g, &r, shape_1d(5), 2, backend_cpu(), tl_stream_open(&s));
+    char *e = tl_stream_close(&s);
+    char want[256];
+    snprintf(want, sizeof want, "%s:5:7: error: model.layers[2] (both): a relu layer takes 1 to 1 inputs, got 2\n",
+             path);
+    if (rc != -1 || strcmp(e, want)) fail_msg("graph_build returned %d with:\n%s\nwant:\n%s", rc, e, want);
+    free(e);
+    graph_free(&g);
+    recipe_free(&r);
+}
+
+// ---- wiring and gradients -----------------------------------------------------------------------
+
+#define N 3
+
+typedef struct {
+    gl_graph *g;
+    const float *r;  // L = sum(out * r)
+} wctx;
+
+static double wloss(void *p)
+{
+    wctx *c = p;
+    graph_forward(c->g, N, true);
+    const gl_tensor *t = graph_output(c->g);
+    double l = 0;
+    for (int64_t i = 0; i < N * t->size; i++) l += (double)t->data[i] * c->r[i];
+    return l;
+}
+
+// Sets the output gradient to c->r and runs graph_backward.
+static void backward_with(wctx *c)
+{
+    wloss(c);
+    memcpy(graph_output(c->g)->grad, c->r, sizeof(float) * (size_t)(N * graph_output(c->g)->size));
+    graph_backward(c->g, N);
+}
+
+// FD check of every parameter of the listed layers against g->grads.
+static void check_params(gl_graph *g, wctx *c, const char *const *names, int count)
+{
+    double num[64];
+    for (int q = 0; q < count; q++) {
+        const layer_t *l = &g->layers[tl_layer(g, names[q])];
+        for (int p = 0; p < l->nparams; p++) {
+            const gl_param *pp = &l->params[p];
+            assert_true(pp->size <= 64);
+            float an[64];
+            memcpy(an, g->grads + pp->offset, sizeof(float) * (size_t)pp->size);
+            tl_fd_grad(g->params + pp->offset, pp->size, 1e-2f, wloss, c, num);
+            char what[128];
+            snprintf(what, sizeof what, "%s.%s", names[q], pp->name);
+            double mx = tl_check_grad(what, an, num, pp->size, 2e-2, 2e-3);
+            if (mx < 1e-3) fail_msg("%s: no dependence on the loss", what);
+        }
+    }
+}
+
+static void test_inputs_wire_non_adjacent_layers(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 6, name: h}\n"
+                       "    - {type: relu, name: r}\n"
+                       "    - {type: dense, units: 3, name: a, inputs: r}\n"
+                       "    - {type: dense, units: 2, name: b, inputs: [r]}\n"
+                       "    - {type: dense, units: 4, name: c, inputs: input}\n"
+                       "    - {type: sigmoid, name: d, inputs: h}\n"
+                       "    - {type: concat, name: e, inputs: [a, b, input, a]}\n",
+                   shape_1d(5), N);
+    gl_graph *g = &m.g;
+    assert_ptr_equal(g->layers[2].in[0], &g->layers[1].out);
+    assert_ptr_equal(g->layers[3].in[0], &g->layers[1].out);
+    assert_ptr_equal(g->layers[4].in[0], &g->input);
+    assert_ptr_equal(g->layers[5].in[0], &g->layers[0].out);
+    assert_int_equal(g->layers[3].params[0].shape.d[1], 6);  // b reads r (6), not a (3)
+    assert_int_equal(g->layers[4].params[0].shape.d[1], 5);  // c reads the input (5)
+    assert_int_equal(g->layers[5].out.size, 6);
+    const layer_t *e = &g->layers[6];
+    assert_int_equal(e->nin, 4);
+    assert_ptr_equal(e->in[0], &g->layers[2].out);
+    assert_ptr_equal(e->in[1], &g->layers[3].out);
+    assert_ptr_equal(e->in[2], &g->input);
+    assert_ptr_equal(e->in[3], &g->layers[2].out);
+    assert_shape(&e->out.shape, 1, 3 + 2 + 5 + 3, 0, 0);
+    tl_model_free(&m);
+}
+
+// A branch that does not reach the output: its stale gradient must not leak into the shared
+// tensor (graph_backward clears it), and the live path matches finite differences.
+static void test_backward_ignores_a_dead_branch(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 6, name: h}\n"
+                       "    - {type: tanh, name: r}\n"
+                       "    - {type: dense, units: 3, name: head_a, inputs: r}\n"
+                       "    - {type: dense, units: 4, name: head_b, inputs: [r]}\n",
+                   shape_1d(5), N);
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, N * 5, -1, 1, 50);
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 51);
+    float rb[N * 4];
+    tl_fill_uniform(rb, N * 4, -1, 1, 52);
+    wctx c = {g, rb};
+    int a = tl_layer(g, "head_a");
+    for (int64_t i = 0; i < N * 3; i++) g->layers[a].out.grad[i] = 1e3f;  // stale
+    backward_with(&c);
+    for (int64_t i = 0; i < g->layers[a].params[0].size; i++)
+        assert_true(g->grads[g->layers[a].params[0].offset + i] == 0.0f);
+    const char *const names[] = {"h", "head_b"};
+    check_params(g, &c, names, 2);
+    tl_model_free(&m);
+}
+
+// Two dense heads read the same tensor r and are joined by concat, so the loss depends on r
+// through both: r's gradient is the sum of what each head hands back (checked by splitting R),
+// and every parameter gradient upstream matches finite differences.
+static void test_gradients_from_two_consumers_accumulate(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 6, name: h}\n"
+                       "    - {type: tanh, name: r}\n"
+                       "    - {type: dense, units: 3, name: head_a, inputs: r}\n"
+                       "    - {type: dense, units: 4, name: head_b, inputs: [r]}\n"
+                       "    - {type: concat, name: both, inputs: [head_a, head_b]}\n",
+                   shape_1d(5), N);
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, N * 5, -1, 1, 60);
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 61);
+    float r[N * 7], ra[N * 7], rb[N * 7];
+    tl_fill_uniform(r, N * 7, -1, 1, 62);
+    for (int i = 0; i < N * 7; i++) {  // R = Ra + Rb: Ra covers head_a's columns, Rb head_b's
+        ra[i] = i % 7 < 3 ? r[i] : 0.0f;
+        rb[i] = i % 7 < 3 ? 0.0f : r[i];
+    }
+    int ir = tl_layer(g, "r");
+    float only_a[N * 6], only_b[N * 6];
+    wctx ca = {g, ra}, cb = {g, rb}, c = {g, r};
+    backward_with(&ca);
+    memcpy(only_a, g->layers[ir].out.grad, sizeof only_a);
+    backward_with(&cb);
+    memcpy(only_b, g->layers[ir].out.grad, sizeof only_b);
+    backward_with(&c);
+    double diff = 0;
+    for (int i = 0; i < N * 6; i++) {
+        if (fabsf(g->layers[ir].out.grad[i] - (only_a[i] + only_b[i])) > 1e-5f)
+            fail_msg("r.grad[%d] = %g, but the heads hand back %g + %g", i, g->layers[ir].out.grad[i], only_a[i],
+                     only_b[i]);
+        diff += fabs(only_a[i]) * fabs(only_b[i]);
+    }
+    assert_true(diff > 1e-2);  // both heads contribute
+    const char *const names[] = {"h", "head_a", "head_b"};
+    check_params(g, &c, names, 3);
+    tl_model_free(&m);
+}
+
+// ---- non-finite detection -----------------------------------------------------------------------
+
+static void test_first_nonfinite(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 4}\n    - {type: relu}\n    - {type: dense, units: 3}\n",
+                   shape_1d(5), 4);
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, 4 * 5, -1, 1, 70);
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 71);
+    graph_forward(g, 3, false);
+    assert_int_equal(graph_first_nonfinite(g, 3), -1);
+    float *o2 = g->layers[2].out.data, *o1 = g->layers[1].out.data;
+    o2[3 * 2 + 1] = NAN;  // last row, layer 2
+    assert_int_equal(graph_first_nonfinite(g, 3), 2);
+    o1[4] = INFINITY;
+    assert_int_equal(graph_first_nonfinite(g, 3), 1);  // the first such layer
+    o1[4] = -INFINITY;
+    assert_int_equal(graph_first_nonfinite(g, 3), 1);
+    o1[4] = 0;
+    o2[7] = 0;
+    assert_int_equal(graph_first_nonfinite(g, 3), -1);
+    o2[3 * 3] = NAN;  // row 3 is beyond n = 3: not looked at
+    assert_int_equal(graph_first_nonfinite(g, 3), -1);
+    assert_int_equal(graph_first_nonfinite(g, 4), 2);
+    // A NaN parameter propagates from the layer that holds it.
+    g->params[g->layers[2].params[0].offset] = NAN;
+    graph_forward(g, 3, false);
+    assert_int_equal(graph_first_nonfinite(g, 3), 2);
+    g->params[0] = NAN;
+    graph_forward(g, 3, false);
+    assert_int_equal(graph_first_nonfinite(g, 3), 0);
+    tl_model_free(&m);
+}
+
+// ---- summary ------------------------------------------------------------------------------------
+
+static void test_summary_lists_every_layer(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 7, name: hidden_one}\n"
+                       "    - {type: gelu, name: act}\n"
+                       "    - {type: dense, units: 3, name: logits}\n"
+                       "    - {type: leaky_relu}\n",
+                   shape_1d(5), 8);
+    tl_stream s;
+    graph_summary(&m.g, tl_stream_open(&s));
+    char *t = tl_stream_close(&s);
+    const char *rows[][3] = {{"hidden_one", "dense", "[7]"}, {"act", "gelu", "[7]"}, {"logits", "dense", "[3]"},
+                             {"leaky_relu_3", "leaky_relu", "[3]"}};
+    for (int i = 0; i < 4; i++) {
+        // One line holds the layer's index, name, type and shape, in that order.
+        char *line = NULL;
+        char idx[16];
+        snprintf(idx, sizeof idx, "%d ", i);
+        for (char *p = t; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+            if (!strncmp(p, idx, strlen(idx)) && strstr(p, rows[i][0])) line = p;
+        if (!line) fail_msg("no summary row %d for %s in:\n%s", i, rows[i][0], t);
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        *end = 0;
+        char *n = strstr(line, rows[i][0]), *k = strstr(n + strlen(rows[i][0]), rows[i][1]);
+        if (!k || !strstr(k, rows[i][2])) fail_msg("summary row '%s' lacks type %s or shape %s", line, rows[i][1], rows[i][2]);
+        *end = '\n';
+    }
+    assert_non_null(strstr(t, "input"));
+    char want[64];
+    snprintf(want, sizeof want, "total: %lld parameters", (long long)m.g.nparams);
+    assert_int_equal(m.g.nparams, 5 * 7 + 7 + 7 * 3 + 3);
+    if (!strstr(t, want)) fail_msg("'%s' not in:\n%s", want, t);
+    free(t);
+    tl_model_free(&m);
+}
+
+// ---- parameters and forward ---------------------------------------------------------------------
+
+static void test_init_params(void **state)
+{
+    (void)state;
+    tl_model m, m2;
+    const char *layers = "    - {type: dense, units: 64}\n    - {type: relu}\n"
+                         "    - {type: dense, units: 50, init: xavier_uniform}\n    - {type: dense, units: 3, init: zeros}\n";
+    tl_model_build(&m, layers, shape_1d(100), 2);
+    tl_model_build(&m2, layers, shape_1d(100), 2);
+    gl_graph *g = &m.g;
+    for (int64_t i = 0; i < g->nparams; i++) g->params[i] = 7.0f;  // init overwrites everything
+    graph_init_params(g, 5);
+    graph_init_params(&m2.g, 5);
+    assert_memory_equal(g->params, m2.g.params, sizeof(float) * (size_t)g->nparams);
+    graph_init_params(&m2.g, 6);
+    assert_memory_not_equal(g->params, m2.g.params, sizeof(float) * 64 * 100);
+    const layer_t *d0 = &g->layers[0], *d2 = &g->layers[2], *d3 = &g->layers[3];
+    // he_normal: mean 0, std sqrt(2 / fan_in); bias zero.
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < d0->params[0].size; i++) {
+        double w = g->params[d0->params[0].offset + i];
+        s += w, s2 += w * w;
+    }
+    double n = (double)d0->params[0].size, mean = s / n, sd = sqrt(s2 / n - mean * mean);
+    if (fabs(mean) > 0.01 || fabs(sd / sqrt(2.0 / 100) - 1) > 0.05) fail_msg("he_normal: mean %g, std %g", mean, sd);
+    for (int64_t i = 0; i < d0->params[1].size; i++) assert_true(g->params[d0->params[1].offset + i] == 0.0f);
+    // xavier_uniform: |w| <= sqrt(6 / (fan_in + fan_out)), and it fills that range.
+    double bound = sqrt(6.0 / (64 + 50)), mx = 0;
+    for (int64_t i = 0; i < d2->params[0].size; i++) mx = fmax(mx, fabs(g->params[d2->params[0].offset + i]));
+    if (!(mx <= bound * (1 + 1e-6) && mx > 0.95 * bound)) fail_msg("xavier_uniform: max |w| %g, bound %g", mx, bound);
+    for (int p = 0; p < d3->nparams; p++)
+        for (int64_t i = 0; i < d3->params[p].size; i++) assert_true(g->params[d3->params[p].offset + i] == 0.0f);
+    tl_model_free(&m2);
+    tl_model_free(&m);
+}
+
+// dense -> relu -> dense (no bias) against loops over the parameters at their offsets.
+static void test_forward_matches_manual_composition(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: dense, units: 7}\n    - {type: relu}\n    - {type: dense, units: 3, bias: false}\n",
+                   shape_1d(5), 4);
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, 4 * 5, -1, 1, 80);
+    tl_fill_uniform(g->params, g->nparams, -1, 1, 81);
+    graph_forward(g, 4, false);
+    const float *w1 = g->params + g->layers[0].params[0].offset, *b1 = g->params + g->layers[0].params[1].offset;
+    const float *w2 = g->params + g->layers[2].params[0].offset;
+    int positive = 0;
+    for (int i = 0; i < 4; i++) {
+        double h[7];
+        for (int u = 0; u < 7; u++) {
+            double z = b1[u];
+            for (int k = 0; k < 5; k++) z += (double)g->input.data[i * 5 + k] * w1[u * 5 + k];
+            h[u] = z > 0 ? z : 0;
+            positive += z > 0;
+        }
+        for (int u = 0; u < 3; u++) {
+            double y = 0;
+            for (int k = 0; k < 7; k++) y += h[k] * w2[u * 7 + k];
+            if (fabs(graph_output(g)->data[i * 3 + u] - y) > 1e-5)
+                fail_msg("row %d unit %d: %.7g, want %.7g", i, u, graph_output(g)->data[i * 3 + u], y);
+        }
+    }
+    assert_true(positive > 0 && positive < 28);  // relu is doing something
+    tl_model_free(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shape_inference_and_plan),
+        cmocka_unit_test(test_build_error_names_the_layer),
+        cmocka_unit_test(test_inputs_wire_non_adjacent_layers),
+        cmocka_unit_test(test_backward_ignores_a_dead_branch),
+        cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
+        cmocka_unit_test(test_first_nonfinite),
+        cmocka_unit_test(test_summary_lists_every_layer),
+        cmocka_unit_test(test_init_params),
+        cmocka_unit_test(test_forward_matches_manual_composition),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
