@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GL_MAX_DIMS 4  // C + up to 3 spatial dims
+#define GL_MAX_DIMS 5  // per-sample C + up to 3 spatial dims; 3D conv weights [F, C, k, k, k]
 
 typedef struct {
     int ndim;

@@ -14,6 +14,7 @@ typedef struct {
     int64_t steps;
     int target_reached;  // 1 reached, 0 not reached, -1 no target
     double seconds;
+    double samples_per_s;  // training samples per second, evaluation excluded
 } train_result;
 
 // Trains the recipe; progress to out, errors to err. Returns a GL_EXIT_* code.

@@ -30,10 +30,15 @@ struct yt_node {
 typedef struct yt_doc yt_doc;
 
 // Load a file or a string. Returns 0 on success. On failure returns -1, *out is NULL and err
-// holds one line "FILE:LINE:COL: what went wrong" (or "FILE: cannot read: reason").
+// holds one line "FILE:LINE:COL: error: KEYPATH: what went wrong", KEYPATH being where in the
+// document it went wrong (`train.epochs`, `model.layers[2].units`, `seed`; "(recipe)" at the
+// root), or "FILE: error: cannot read: reason".
 // An empty document loads as an empty mapping. More than one document is an error.
 int yt_load_file(const char *path, yt_doc **out, char *err, size_t errlen);
 int yt_load_string(const char *text, const char *name, yt_doc **out, char *err, size_t errlen);
+// Same as yt_load_string, but err holds only "what went wrong": for a value that is part of
+// something else (a command-line override), whose caller says where it is.
+int yt_load_value(const char *text, const char *name, yt_doc **out, char *err, size_t errlen);
 void yt_doc_free(yt_doc *doc);
 
 yt_node *yt_root(yt_doc *doc);

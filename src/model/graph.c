@@ -154,7 +154,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
         for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
         shape_format(&l->out.shape, shape, sizeof shape);
         human_bytes((double)l->out.size * 2 * sizeof(float), mem, sizeof mem);
-        fprintf(out, "%-4d %-20.20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,
+        fprintf(out, "%-4d %-20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,
                 (long long)np, (long long)l->flops, mem);
     }
     char pm[32], am[32];

@@ -13,7 +13,6 @@ static bool has_classes(const void *b) { return kind_of(b) <= SYNTH_SHAPES2D; }
 static bool is_vector_kind(const void *b) { return kind_of(b) == SYNTH_SPIRALS || kind_of(b) == SYNTH_BLOBS; }
 static bool is_field_kind(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D; }
 static bool has_channels(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D && kind_of(b) <= SYNTH_CLIMATE2D; }
-static bool by_epochs(const void *b) { return R(b)->train.steps == 0; }
 static bool is_xent(const void *b) { return R(b)->train.loss == LOSS_SOFTMAX_XENT; }
 static bool is_sgd(const void *b) { return R(b)->optimizer.type == OPT_SGD; }
 static bool is_adam_like(const void *b) { return R(b)->optimizer.type != OPT_SGD; }
@@ -93,9 +92,10 @@ static const key_spec target_keys[] = {
 
 static const key_spec train_keys[] = {
     {"steps", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(train.steps), NULL,
-     "optimizer steps to run; 0 means run train.epochs epochs instead"},
+     "optimizer steps to run; when > 0 it replaces train.epochs (the start banner says so), e.g. for a "
+     "short trial run of a long recipe"},
     {"epochs", KT_INT, KF_DEFAULT, "10", 1, 1e9, NULL, OFF(train.epochs), NULL,
-     "passes over the training data", by_epochs, "train.steps is 0"},
+     "passes over the training data (unless train.steps > 0)"},
     {"batch_size", KT_INT, KF_DEFAULT, "64", 1, 1e8, NULL, OFF(train.batch_size), NULL,
      "samples per optimizer step; the last, partial batch of an epoch is kept"},
     {"threads", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(train.threads), NULL,

@@ -1,8 +1,11 @@
 // ytree.c: load one YAML document with libyaml into a yt_node tree with source marks.
 //
-// libyaml's document API does the parsing; we then walk its node graph twice. measure()
-// rejects recursive aliases, too-deep nesting and alias "bombs" before anything is copied,
-// and build() turns every alias use into its own copy and applies `<<` merge keys.
+// libyaml's document API does the parsing, after check_depth() has refused too-deep nesting
+// from libyaml's events; we then walk its node graph twice. measure() rejects recursive
+// aliases, nesting made too deep by aliases and alias "bombs" before anything is copied,
+// and build() turns every alias use into its own copy and applies `<<` merge keys. Both
+// keep the key path they are at, for errors; libyaml's own syntax errors leave no tree, so
+// syntax_path() parses the input again as events to find the path there.
 #include "galley/ytree.h"
 
 #include "galley/check.h"  // gl_xmalloc, gl_xcalloc, GL_CHECK
@@ -20,6 +23,7 @@
 #define YT_MAX_NODES 1000000  // after alias expansion; "billion laughs" stops here
 #define YT_MAX_DEPTH 200      // nesting levels; also bounds the recursion below
 #define YT_CHUNK 65536        // bytes per allocator chunk
+#define YT_PATH_SHOWN 12      // key path steps shown in a message; deeper paths are shortened
 
 // ---- the doc and its allocator --------------------------------------------------------
 
@@ -191,7 +195,7 @@ void yt_seq_set(yt_node *seq, int i, yt_node *value)
     seq->items[i] = value;
 }
 
-// ---- errors -----------------------------------------------------------------------------
+// ---- errors and key paths --------------------------------------------------------------
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
@@ -203,6 +207,38 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+// One step of a key path: a key (".key", or bare when first) or, when key is NULL, "[index]".
+// An index below 0 is a step that shows nothing (a key that is itself a mapping or list).
+typedef struct {
+    const char *key;
+    int index;
+} yt_step;
+
+// The path in galley's notation (`model.layers[2].units`), or "(recipe)" when empty. A path
+// deeper than YT_PATH_SHOWN steps keeps its first and last steps around "...".
+static void path_format(char *buf, size_t len, const yt_step *s, int n)
+{
+    size_t k = 0;
+    int first = 1;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k < len; i++) {
+        if (n > YT_PATH_SHOWN && i == YT_PATH_SHOWN - 2) {
+            k += (size_t)snprintf(buf + k, len - k, "...");
+            i = n - 2;  // the last two steps follow
+            first = 1;  // and a key right after "..." takes no dot
+        }
+        if (k >= len) break;
+        if (s[i].key) {
+            k += (size_t)snprintf(buf + k, len - k, "%s%s", first ? "" : ".", s[i].key);
+            first = 0;
+        } else if (s[i].index >= 0) {
+            k += (size_t)snprintf(buf + k, len - k, "[%d]", s[i].index);
+            first = 0;
+        }
+    }
+    if (!buf[0]) snprintf(buf, len, "(recipe)");
+}
+
 // The loader's state for one document.
 typedef struct {
     yt_doc *doc;
@@ -210,34 +246,277 @@ typedef struct {
     const char *file;  // interned in doc
     char *err;
     size_t errlen;
+    int bare;  // messages without "FILE:LINE:COL: error: PATH: " (yt_load_value)
+    // Where measure() or build() is: the key path of the node being visited.
+    yt_step path[YT_MAX_DEPTH + 2];
+    int npath;
     // Per libyaml node (index - 1), filled by measure().
     unsigned char *state;
     int *height;
     int *size;
+    int *entry;  // npath when measure() entered the node (read while it is ACTIVE)
 } loader;
 
-// "FILE:LINE:COL: message" at a libyaml mark (0-based); returns -1 for `return fail(...)`.
+static void path_push(loader *ld, const char *key, int index)
+{
+    // measure() stops at YT_MAX_DEPTH levels and every step is one level, so this holds.
+    GL_CHECK(ld->npath < (int)(sizeof ld->path / sizeof *ld->path), "YAML key path deeper than the nesting limit");
+    ld->path[ld->npath++] = (yt_step){key, index};
+}
+
+// "FILE:LINE:COL: error: PATH: MESSAGE" at a libyaml mark (0-based).
+static void emit(const loader *ld, yaml_mark_t m, const char *path, const char *msg)
+{
+    if (!ld->err || ld->errlen == 0) return;
+    if (ld->bare)
+        set_err(ld->err, ld->errlen, "%s", msg);
+    else
+        set_err(ld->err, ld->errlen, "%s:%d:%d: error: %s: %s", ld->file, (int)m.line + 1, (int)m.column + 1, path,
+                msg);
+}
+
+// The error at mark m, with the loader's current key path; returns -1 for `return fail(...)`.
 static int fail(loader *ld, yaml_mark_t m, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(loader *ld, yaml_mark_t m, const char *fmt, ...)
 {
-    if (!ld->err || ld->errlen == 0) return -1;
-    int k = snprintf(ld->err, ld->errlen, "%s:%d:%d: ", ld->file, (int)m.line + 1, (int)m.column + 1);
-    if (k >= 0 && (size_t)k < ld->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err + k, ld->errlen - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
+    char msg[512], path[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    path_format(path, sizeof path, ld->path, ld->npath);
+    emit(ld, m, path, msg);
     return -1;
 }
 
-// libyaml's own report, made to point at the file like every other recipe error.
+// ---- where a libyaml error happened ------------------------------------------------------
+
+static int mark_cmp(yaml_mark_t a, yaml_mark_t b)
+{
+    if (a.line != b.line) return a.line < b.line ? -1 : 1;
+    return a.column < b.column ? -1 : a.column > b.column;
+}
+
+// The byte offset of a mark. libyaml counts lines and characters, not bytes, and does not
+// count a byte order mark.
+static size_t mark_offset(const unsigned char *text, size_t len, yaml_mark_t m)
+{
+    size_t i = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    for (size_t line = 0; line < m.line && i < len; i++) {
+        if (text[i] == '\n' || (text[i] == '\r' && (i + 1 >= len || text[i + 1] != '\n'))) line++;
+    }
+    for (size_t col = 0; col < m.column && i < len && text[i] != '\n' && text[i] != '\r'; col++) {
+        i++;
+        while (i < len && (text[i] & 0xC0) == 0x80) i++;  // UTF-8 continuation bytes
+    }
+    return i;
+}
+
+// Whether the line of a key that ends at `end` also holds (the start of) its value.
+static int value_on_key_line(const unsigned char *text, size_t len, yaml_mark_t end)
+{
+    size_t i = mark_offset(text, len, end);
+    while (i < len && (text[i] == ' ' || text[i] == '\t')) i++;
+    if (i < len && text[i] == ':') i++;
+    for (;;) {
+        while (i < len && (text[i] == ' ' || text[i] == '\t')) i++;
+        if (i < len && (text[i] == '&' || text[i] == '!')) {  // an anchor or a tag alone is no value yet
+            while (i < len && text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r') i++;
+            continue;
+        }
+        break;
+    }
+    return i < len && text[i] != '\n' && text[i] != '\r' && text[i] != '#';
+}
+
+// An open mapping or list in an event pass.
+typedef struct {
+    int seq;            // a list; else a mapping
+    int n;              // list: items done
+    yaml_mark_t after;  // list: where the last item ended (where the list starts, before any)
+    enum { KEY_NEXT, IN_KEY, VALUE_NEXT } want;  // mapping: what comes next
+    char *key;          // mapping, VALUE_NEXT: the key (NULL for a key that is not a scalar)
+    yaml_mark_t key_start, key_end;
+} sframe;
+
+// The open mappings and lists of an event pass, outermost first.
+typedef struct {
+    sframe *st;
+    int n, cap;
+} walk;
+
+// A node has ended (at end) inside frame f.
+static void frame_took_node(sframe *f, yaml_mark_t end)
+{
+    if (f->seq) {
+        f->n++;
+        f->after = end;
+    } else if (f->want == VALUE_NEXT) {
+        free(f->key);
+        f->key = NULL;
+        f->want = KEY_NEXT;
+    } else {
+        f->want = VALUE_NEXT;  // a key that was a mapping or a list
+    }
+}
+
+static void walk_event(walk *w, const yaml_event_t *ev)
+{
+    sframe *top = w->n ? &w->st[w->n - 1] : NULL;
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+    case YAML_ALIAS_EVENT:
+        if (top && !top->seq && top->want == KEY_NEXT) {
+            top->want = VALUE_NEXT;
+            top->key = ev->type == YAML_SCALAR_EVENT ? gl_xstrdup((const char *)ev->data.scalar.value) : NULL;
+            top->key_start = ev->start_mark;
+            top->key_end = ev->end_mark;
+        } else if (top) {
+            frame_took_node(top, ev->end_mark);
+        }
+        break;
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        if (top && !top->seq && top->want == KEY_NEXT) top->want = IN_KEY;
+        if (w->n == w->cap) {
+            w->cap = w->cap ? w->cap * 2 : 16;
+            sframe *bigger = gl_xmalloc((size_t)w->cap * sizeof *bigger);
+            if (w->n) memcpy(bigger, w->st, (size_t)w->n * sizeof *bigger);
+            free(w->st);
+            w->st = bigger;
+        }
+        w->st[w->n++] = (sframe){.seq = ev->type == YAML_SEQUENCE_START_EVENT, .after = ev->start_mark, .want = KEY_NEXT};
+        break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        if (!w->n) break;
+        free(w->st[--w->n].key);
+        if (w->n) frame_took_node(&w->st[w->n - 1], ev->end_mark);
+        break;
+    default:
+        break;
+    }
+}
+
+// The key path of the pass's position, into buf. Every open collection names its pending key
+// or item, except the innermost, which names it only when `inside` is set or when it holds
+// `at`: a key's value holds `at` when `at` is on the key's line, or when the value starts on
+// a later line (`layers:` then a bad line); a key with its value on its own line
+// (`type: dense`) is done, and an error on the next line belongs to the mapping around it.
+// A list's next item holds `at` when `at` lies after the last item.
+static void walk_path(const walk *w, const unsigned char *text, size_t len, yaml_mark_t at, int inside, char *buf,
+                      size_t buflen)
+{
+    yt_step *steps = gl_xmalloc((size_t)(w->n ? w->n : 1) * sizeof *steps);
+    int n = 0;
+    for (int i = 0; i < w->n; i++) {
+        const sframe *f = &w->st[i];
+        int inner = i == w->n - 1;
+        if (f->seq) {
+            if (!inner || inside || mark_cmp(at, f->after) > 0) steps[n++] = (yt_step){NULL, f->n};
+        } else if (f->want == VALUE_NEXT && f->key) {
+            int holds = mark_cmp(at, f->key_start) >= 0 &&
+                        (at.line <= f->key_end.line || !value_on_key_line(text, len, f->key_end));
+            if (!inner || inside || holds) steps[n++] = (yt_step){f->key, 0};
+        }
+    }
+    path_format(buf, buflen, steps, n);
+    free(steps);
+}
+
+static void walk_free(walk *w)
+{
+    for (int i = 0; i < w->n; i++) free(w->st[i].key);
+    free(w->st);
+}
+
+// The key path where libyaml stopped, into buf. Its loader gives no partial tree, so this
+// parses the input again as events up to the error; or, with stop set, up to the first event
+// at or after `at` (for errors that the events do not show: an undefined alias; bytes that
+// are not UTF-8, with text cut there). `at` is libyaml's context mark, else its problem mark.
+static void syntax_path(const unsigned char *text, size_t len, int stop, yaml_mark_t at, char *buf, size_t buflen)
+{
+    yaml_parser_t p;
+    walk w = {0};
+    int inside = 0;
+    if (!yaml_parser_initialize(&p)) {
+        snprintf(buf, buflen, "(recipe)");
+        return;
+    }
+    yaml_parser_set_input_string(&p, text, len);
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) break;  // the error: the stack is where it happened
+        int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_ALIAS_EVENT;
+        int end = ev.type == YAML_STREAM_END_EVENT;
+        if (stop && mark_cmp(ev.start_mark, at) >= 0) {
+            yaml_event_delete(&ev);
+            break;
+        }
+        if (stop && node && mark_cmp(ev.end_mark, at) >= 0) {
+            inside = 1;  // the error is in this very node: a key names itself
+            sframe *top = w.n ? &w.st[w.n - 1] : NULL;
+            if (top && !top->seq && top->want == KEY_NEXT && ev.type == YAML_SCALAR_EVENT) {
+                top->key = gl_xstrdup((const char *)ev.data.scalar.value);
+                top->want = VALUE_NEXT;
+            }
+            yaml_event_delete(&ev);
+            break;
+        }
+        walk_event(&w, &ev);
+        yaml_event_delete(&ev);
+        if (end) break;
+    }
+    yaml_parser_delete(&p);
+    walk_path(&w, text, len, at, inside, buf, buflen);
+    walk_free(&w);
+}
+
+// Rejects nesting deeper than YT_MAX_DEPTH before libyaml's loader sees it: its scanner takes
+// time quadratic in the depth of flow collections, so a deep document would take minutes to
+// load only to be refused. Syntax errors are left to the loader, which reports them.
+static int check_depth(loader *ld, const unsigned char *text, size_t len)
+{
+    yaml_parser_t p;
+    walk w = {0};
+    int rc = 0;
+    if (!yaml_parser_initialize(&p)) return 0;  // the loader will say so
+    yaml_parser_set_input_string(&p, text, len);
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) break;
+        int node = ev.type == YAML_SCALAR_EVENT || ev.type == YAML_ALIAS_EVENT ||
+                   ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT;
+        int end = ev.type == YAML_STREAM_END_EVENT;
+        if (node && w.n + 1 > YT_MAX_DEPTH) {  // the root is level 1, as in measure()
+            char path[256], msg[64];
+            walk_path(&w, text, len, ev.start_mark, 1, path, sizeof path);
+            snprintf(msg, sizeof msg, "nesting too deep (more than %d levels)", YT_MAX_DEPTH);
+            emit(ld, ev.start_mark, path, msg);
+            rc = -1;
+            end = 1;
+        } else {
+            walk_event(&w, &ev);
+        }
+        yaml_event_delete(&ev);
+        if (end) break;
+    }
+    yaml_parser_delete(&p);
+    walk_free(&w);
+    return rc;
+}
+
+// libyaml's own report, at the file and key path like every other recipe error.
 static void parser_fail(loader *ld, const yaml_parser_t *p, const unsigned char *text, size_t len)
 {
     if (p->error == YAML_MEMORY_ERROR) {
-        set_err(ld->err, ld->errlen, "%s: out of memory while parsing YAML", ld->file);
+        if (ld->bare)
+            set_err(ld->err, ld->errlen, "out of memory while parsing YAML");
+        else
+            set_err(ld->err, ld->errlen, "%s: error: out of memory while parsing YAML", ld->file);
         return;
     }
+    char msg[512], path[256];
     yaml_mark_t m = p->problem_mark;
     const char *problem = p->problem ? p->problem : "invalid YAML";
     if (p->error == YAML_READER_ERROR) {
@@ -253,14 +532,30 @@ static void parser_fail(loader *ld, const yaml_parser_t *p, const unsigned char 
                 m.column++;  // count characters, not UTF-8 continuation bytes
             }
         }
-        fail(ld, m, "%s (the file must be UTF-8 text)", problem);
-        return;
+        snprintf(msg, sizeof msg, "%s (the file must be UTF-8 text)", problem);
+        syntax_path(text, end, 1, m, path, sizeof path);
+    } else if (p->error == YAML_COMPOSER_ERROR) {
+        if (p->context && strcmp(problem, "second occurrence") == 0 && strstr(p->context, "duplicate anchor"))
+            snprintf(msg, sizeof msg, "duplicate anchor (first at line %d, column %d)", (int)p->context_mark.line + 1,
+                     (int)p->context_mark.column + 1);
+        else
+            snprintf(msg, sizeof msg, "%s", problem);
+        syntax_path(text, len, 1, m, path, sizeof path);
+    } else {
+        int k;
+        if (!p->context)
+            k = snprintf(msg, sizeof msg, "%s", problem);
+        else if (mark_cmp(p->context_mark, m) == 0)
+            k = snprintf(msg, sizeof msg, "%s (%s)", problem, p->context);
+        else
+            k = snprintf(msg, sizeof msg, "%s (%s at line %d, column %d)", problem, p->context,
+                         (int)p->context_mark.line + 1, (int)p->context_mark.column + 1);
+        size_t at = mark_offset(text, len, m);
+        if (k >= 0 && (size_t)k < sizeof msg && at < len && text[at] == '\t')
+            snprintf(msg + k, sizeof msg - (size_t)k, "; tab characters cannot indent YAML; use spaces");
+        syntax_path(text, len, 0, p->context ? p->context_mark : m, path, sizeof path);
     }
-    if (p->context)
-        fail(ld, m, "%s (%s at line %d, column %d)", problem, p->context, (int)p->context_mark.line + 1,
-             (int)p->context_mark.column + 1);
-    else
-        fail(ld, m, "%s", problem);
+    emit(ld, m, path, msg);
 }
 
 // What a node is, for messages: "a mapping", "a list", "a scalar ('x')".
@@ -281,26 +576,32 @@ static const char *describe(const yaml_node_t *n, char *buf, size_t len)
 
 enum { UNSEEN, ACTIVE, DONE };
 
-// Visits node idx at nesting depth (root = 1). Nodes reached again through aliases are
-// memoized, so a document of n libyaml nodes costs O(n) here however large its expansion.
+// Visits node idx at nesting depth (root = 1), at key path ld->path. Nodes reached again
+// through aliases are memoized, so a document of n libyaml nodes costs O(n) here however
+// large its expansion. An error names the path where the expanded node would land.
 static int measure(loader *ld, int idx, int depth)
 {
     yaml_node_t *n = yaml_document_get_node(ld->ydoc, idx);
     int i = idx - 1;
-    if (ld->state[i] == ACTIVE)
+    if (ld->state[i] == ACTIVE) {
+        ld->npath = ld->entry[i];  // the path of the anchored node, which the mark points at
         return fail(ld, n->start_mark, "recursive alias: this anchored node contains an alias to itself");
+    }
     int height = ld->state[i] == DONE ? ld->height[i] : 1;
     if (depth + height - 1 > YT_MAX_DEPTH)
         return fail(ld, n->start_mark, "nesting too deep (more than %d levels)", YT_MAX_DEPTH);
     if (ld->state[i] == DONE) return 0;
 
     ld->state[i] = ACTIVE;
+    ld->entry[i] = ld->npath;
     int size = 1;
     height = 0;
     int kids[2];
     if (n->type == YAML_SEQUENCE_NODE) {
         for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+            path_push(ld, NULL, (int)(it - n->data.sequence.items.start));
             if (measure(ld, *it, depth + 1)) return -1;
+            ld->npath--;
             size += ld->size[*it - 1];
             if (size > YT_MAX_NODES) size = YT_MAX_NODES + 1;  // saturate: sizes never overflow
             if (ld->height[*it - 1] > height) height = ld->height[*it - 1];
@@ -309,8 +610,17 @@ static int measure(loader *ld, int idx, int depth)
         for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
             kids[0] = p->key;
             kids[1] = p->value;
+            const yaml_node_t *key = yaml_document_get_node(ld->ydoc, p->key);
             for (int k = 0; k < 2; k++) {
+                // A key is no step of the path; a value is at its key (a non-scalar key shows nothing).
+                if (k == 1) {
+                    if (key->type == YAML_SCALAR_NODE)
+                        path_push(ld, (const char *)key->data.scalar.value, 0);
+                    else
+                        path_push(ld, NULL, -1);
+                }
                 if (measure(ld, kids[k], depth + 1)) return -1;
+                if (k == 1) ld->npath--;
                 size += ld->size[kids[k] - 1];
                 if (size > YT_MAX_NODES) size = YT_MAX_NODES + 1;
                 if (ld->height[kids[k] - 1] > height) height = ld->height[kids[k] - 1];
@@ -408,14 +718,18 @@ static int merge_into(loader *ld, yt_node *map, keyset *seen, const yaml_node_t 
         return fail(ld, key->start_mark, "merge key '<<' expects a mapping or a list of mappings, found %s",
                     describe(v, buf, sizeof buf));
     }
+    path_push(ld, "<<", 0);  // a merge source's own errors are at MAP.<< or MAP.<<[i]
     for (int s = 0; s < nsrc; s++) {
+        if (v->type == YAML_SEQUENCE_NODE) path_push(ld, NULL, s);
         yt_node *from = build(ld, src[s]);
         if (!from) return -1;
+        if (v->type == YAML_SEQUENCE_NODE) ld->npath--;
         for (int i = 0; i < from->n; i++) {
             yt_node *k = from->keys[i];
             if (!keyset_add(seen, k->text, (yaml_mark_t){0, 0, 0})) map_append(ld->doc, map, k, from->items[i]);
         }
     }
+    ld->npath--;
     return 0;
 }
 
@@ -451,13 +765,15 @@ static yt_node *build_map(loader *ld, const yaml_node_t *n)
         } else {
             const kslot *dup = keyset_add(&seen, (const char *)k->data.scalar.value, k->start_mark);
             if (dup) {
+                path_push(ld, dup->key, 0);
                 fail(ld, k->start_mark, "duplicate key '%s' (first at line %d, column %d)", dup->key,
                      (int)dup->mark.line + 1, (int)dup->mark.column + 1);
                 goto fail;
             }
         }
         if (first) {
-            fail(ld, k->start_mark, "duplicate key '<<' (first at line %d, column %d); to merge several mappings write <<: [*a, *b]",
+            fail(ld, k->start_mark,
+                 "duplicate key '<<' (first at line %d, column %d); to merge several mappings write <<: [*a, *b]",
                  (int)first->start_mark.line + 1, (int)first->start_mark.column + 1);
             goto fail;
         }
@@ -468,8 +784,10 @@ static yt_node *build_map(loader *ld, const yaml_node_t *n)
             if (merge_into(ld, map, &seen, k, p->value)) goto fail;
             continue;
         }
+        path_push(ld, (const char *)k->data.scalar.value, 0);
         yt_node *value = build(ld, p->value);
         if (!value) goto fail;
+        ld->npath--;
         map_append(ld->doc, map, build_scalar(ld, k), value);
     }
     free(seen.slot);
@@ -491,8 +809,11 @@ static yt_node *build(loader *ld, int idx)
     seq->mark = mark_of(ld, n->start_mark);
     seq->n = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
     seq->items = doc_array(ld->doc, seq->n);
-    for (int i = 0; i < seq->n; i++)
+    for (int i = 0; i < seq->n; i++) {
+        path_push(ld, NULL, i);
         if (!(seq->items[i] = build(ld, n->data.sequence.items.start[i]))) return NULL;
+        ld->npath--;
+    }
     return seq;
 }
 
@@ -504,6 +825,7 @@ static int convert(loader *ld)
     ld->state = gl_xcalloc((size_t)count, sizeof *ld->state);
     ld->height = gl_xcalloc((size_t)count, sizeof *ld->height);
     ld->size = gl_xcalloc((size_t)count, sizeof *ld->size);
+    ld->entry = gl_xcalloc((size_t)count, sizeof *ld->entry);
     // The root is node 1 in libyaml's document.
     int rc = measure(ld, 1, 1);
     if (rc == 0) {
@@ -513,25 +835,30 @@ static int convert(loader *ld)
     free(ld->state);
     free(ld->height);
     free(ld->size);
+    free(ld->entry);
     return rc;
 }
 
-static int load_bytes(const unsigned char *text, size_t len, const char *name, yt_doc **out, char *err,
+static int load_bytes(const unsigned char *text, size_t len, const char *name, int bare, yt_doc **out, char *err,
                       size_t errlen)
 {
     yt_doc *doc = gl_xcalloc(1, sizeof *doc);
-    loader ld = {.doc = doc, .file = yt_intern(doc, name), .err = err, .errlen = errlen};
+    loader ld = {.doc = doc, .file = yt_intern(doc, name), .err = err, .errlen = errlen, .bare = bare};
     yaml_parser_t parser;
     yaml_document_t ydoc, extra;
     int have_parser = 0, have_doc = 0, rc = -1;
 
     *out = NULL;
     if (!yaml_parser_initialize(&parser)) {
-        set_err(err, errlen, "%s: out of memory starting the YAML parser", ld.file);
+        if (bare)
+            set_err(err, errlen, "out of memory starting the YAML parser");
+        else
+            set_err(err, errlen, "%s: error: out of memory starting the YAML parser", ld.file);
         goto done;
     }
     have_parser = 1;
     yaml_parser_set_input_string(&parser, text, len);
+    if (check_depth(&ld, text, len)) goto done;
     if (!yaml_parser_load(&parser, &ydoc)) {  // on failure libyaml has freed ydoc itself
         parser_fail(&ld, &parser, text, len);
         goto done;
@@ -578,7 +905,13 @@ done:
 int yt_load_string(const char *text, const char *name, yt_doc **out, char *err, size_t errlen)
 {
     if (!text) text = "";
-    return load_bytes((const unsigned char *)text, strlen(text), name ? name : "<string>", out, err, errlen);
+    return load_bytes((const unsigned char *)text, strlen(text), name ? name : "<string>", 0, out, err, errlen);
+}
+
+int yt_load_value(const char *text, const char *name, yt_doc **out, char *err, size_t errlen)
+{
+    if (!text) text = "";
+    return load_bytes((const unsigned char *)text, strlen(text), name ? name : "<string>", 1, out, err, errlen);
 }
 
 int yt_load_file(const char *path, yt_doc **out, char *err, size_t errlen)
@@ -586,13 +919,13 @@ int yt_load_file(const char *path, yt_doc **out, char *err, size_t errlen)
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        set_err(err, errlen, "%s: error: cannot read: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
         fclose(f);
-        set_err(err, errlen, "%s: cannot read: %s", path, strerror(EISDIR));
+        set_err(err, errlen, "%s: error: cannot read: %s", path, strerror(EISDIR));
         return -1;
     }
     size_t cap = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, len = 0;
@@ -613,11 +946,11 @@ int yt_load_file(const char *path, yt_doc **out, char *err, size_t errlen)
         int e = errno;
         free(buf);
         fclose(f);
-        set_err(err, errlen, "%s: cannot read: %s", path, strerror(e));
+        set_err(err, errlen, "%s: error: cannot read: %s", path, strerror(e));
         return -1;
     }
     fclose(f);
-    int rc = load_bytes(buf, len, path, out, err, errlen);
+    int rc = load_bytes(buf, len, path, 0, out, err, errlen);
     free(buf);
     return rc;
 }

@@ -150,13 +150,13 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
             : r->data.synthetic.kind == SYNTH_CLIMATE2D ? "climate2d" : "fields3d",
             task_words(&train), shp, (long long)train.n, (long long)val.n, t_data);
     lr_describe(&lr, rule, sizeof rule);
-    fprintf(out, "  run: %lld steps (%lld per epoch) | %s\n", (long long)total_steps, (long long)steps_per_epoch,
-            rule);
+    fprintf(out, "  run: %lld steps (%lld per epoch%s) | %s\n", (long long)total_steps, (long long)steps_per_epoch,
+            r->train.steps > 0 ? "; train.steps is set, so train.epochs is not used" : "", rule);
     if (res->target_reached == 0) fprintf(out, "  target: %s\n", target_words(r, tw, sizeof tw));
     fflush(out);
 
     int code = GL_EXIT_OK;
-    int64_t step = 0, skipped = 0, seen = 0, last_eval = -1;
+    int64_t step = 0, skipped = 0, seen = 0, seen_total = 0, last_eval = -1;
     double t_start = now_s(), t_mark = t_start, t_eval = 0;
     metrics_reset(&tm);
     gl_tensor *o = graph_output(&g);
@@ -203,6 +203,7 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
         }
         step++;
         seen += n;
+        seen_total += n;
         int epoch_end = step % steps_per_epoch == 0;
         int due = r->train.eval_every > 0 ? step % r->train.eval_every == 0 : epoch_end;
         if (!due && step < total_steps) continue;
@@ -248,8 +249,11 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     metrics_format(&vm, line, sizeof line);
-    fprintf(out, "done: %lld steps in %.2f s (evaluation %.2f s) | last val %s | peak memory %.1f MiB\n",
-            (long long)step, res->seconds, t_eval, line, ru.ru_maxrss / 1024.0);
+    double t_train = res->seconds - t_eval;
+    res->samples_per_s = t_train > 0 ? (double)seen_total / t_train : 0;
+    fprintf(out, "done: %lld steps in %.2f s (evaluation %.2f s) | training %.1f samples/s | last val %s | peak "
+                 "memory %.1f MiB\n",
+            (long long)step, res->seconds, t_eval, res->samples_per_s, line, ru.ru_maxrss / 1024.0);
     metrics_format_iou(&vm, line, sizeof line);
     if (line[0]) fprintf(out, "  %s\n", line);
     if (skipped)

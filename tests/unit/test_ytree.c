@@ -212,9 +212,13 @@ static void test_alias_uses_are_independent_copies(void **state)
 static void test_recursive_alias_is_an_error(void **state)
 {
     (void)state;
-    expect_error("a: &a [*a]\n", "t.yaml:1:4: recursive alias: this anchored node contains an alias to itself");
+    // The mark and the key path are the anchored node's, not the alias's.
+    expect_error("a: &a [*a]\n",
+                 "t.yaml:1:4: error: a: recursive alias: this anchored node contains an alias to itself");
     expect_error("x: 1\na: &a\n  b:\n    c: *a\n",
-                 "t.yaml:2:4: recursive alias: this anchored node contains an alias to itself");
+                 "t.yaml:2:4: error: a: recursive alias: this anchored node contains an alias to itself");
+    expect_error("x:\n  y: &a\n    - z: [1, *a]\n",
+                 "t.yaml:2:6: error: x.y: recursive alias: this anchored node contains an alias to itself");
 }
 
 static void test_alias_bomb_is_an_error(void **state)
@@ -228,7 +232,7 @@ static void test_alias_bomb_is_an_error(void **state)
         for (int i = 0; i < 10; i++) k += snprintf(text + k, sizeof text - (size_t)k, "%s*%c", i ? "," : "", c - 1);
         k += snprintf(text + k, sizeof text - (size_t)k, "]\n");
     }
-    expect_error(text, "t.yaml:6:4: document too large after expanding aliases (more than 1000000 nodes)");
+    expect_error(text, "t.yaml:6:4: error: f: document too large after expanding aliases (more than 1000000 nodes)");
 }
 
 // prefix, then n '[', then inner, then n ']', then suffix; the caller frees it.
@@ -248,21 +252,32 @@ static char *nest(const char *prefix, size_t n, const char *inner, const char *s
 static void test_deep_nesting_is_an_error(void **state)
 {
     (void)state;
-    // libyaml itself accepts this; we stop at 200 levels before recursing through it.
+    // libyaml itself accepts this; we stop at 200 levels before recursing through it. A key
+    // path this deep keeps its first ten steps and its last two.
+    const char *too_deep = "nesting too deep (more than 200 levels)";
+    char want[256];
     char *text = nest("", 20000, "", "\n");
-    expect_error(text, "t.yaml:1:201: nesting too deep (more than 200 levels)");
+    snprintf(want, sizeof want, "t.yaml:1:201: error: [0][0][0][0][0][0][0][0][0][0]...[0][0]: %s", too_deep);
+    expect_error(text, want);
     free(text);
     text = nest("", 200, "1", "\n");  // the scalar is level 201
-    expect_error(text, "t.yaml:1:201: nesting too deep (more than 200 levels)");
+    snprintf(want, sizeof want, "t.yaml:1:201: error: [0][0][0][0][0][0][0][0][0][0]...[0][0]: %s", too_deep);
+    expect_error(text, want);
+    free(text);
+    text = nest("a:\n  b:\n    c: ", 198, "1", "\n");  // c's list is level 4, so col 8 + 197 is level 201
+    snprintf(want, sizeof want, "t.yaml:3:205: error: a.b.c[0][0][0][0][0][0][0]...[0][0]: %s", too_deep);
+    expect_error(text, want);
     free(text);
     text = nest("", 199, "1", "\n");  // exactly 200 levels
     yt_doc_free(load_ok(text));
     free(text);
 
-    // Depth reached through an alias counts where the copy lands; the mark is the anchor's.
+    // Depth reached through an alias counts where the copy lands, and the key path is there;
+    // the mark is the anchor's (libyaml keeps no mark for an alias).
     char *inner = nest("a: &a ", 150, "", "\nb: ");
     text = nest(inner, 60, "*a", "\n");
-    expect_error(text, "t.yaml:1:4: nesting too deep (more than 200 levels)");
+    snprintf(want, sizeof want, "t.yaml:1:4: error: b[0][0][0][0][0][0][0][0][0]...[0][0]: %s", too_deep);
+    expect_error(text, want);
     free(text);
     free(inner);
 }
@@ -270,7 +285,15 @@ static void test_deep_nesting_is_an_error(void **state)
 static void test_undefined_alias_is_an_error(void **state)
 {
     (void)state;
-    expect_error("a: 1\nb: *nope\n", "t.yaml:2:4: found undefined alias");
+    expect_error("a: 1\nb: *nope\n", "t.yaml:2:4: error: b: found undefined alias");
+    expect_error("m:\n  x: [1, *nope]\n", "t.yaml:2:10: error: m.x[1]: found undefined alias");
+    expect_error("m:\n  - *nope\n", "t.yaml:2:5: error: m[0]: found undefined alias");
+}
+
+static void test_duplicate_anchor_is_an_error(void **state)
+{
+    (void)state;
+    expect_error("a: &x 1\nb:\n  c: &x 2\n", "t.yaml:3:6: error: b.c: duplicate anchor (first at line 1, column 4)");
 }
 
 // ---- merge keys ------------------------------------------------------------------------------------
@@ -386,15 +409,28 @@ static void test_merge_quoted_key_is_an_ordinary_key(void **state)
 static void test_merge_bad_value_is_an_error(void **state)
 {
     (void)state;
+    // The key path is the mapping that holds the `<<`.
     expect_error("a: 1\nm:\n  <<: 5\n",
-                 "t.yaml:3:3: merge key '<<' expects a mapping or a list of mappings, found a scalar ('5')");
+                 "t.yaml:3:3: error: m: merge key '<<' expects a mapping or a list of mappings, found a scalar ('5')");
     expect_error("x: &x {a: 1}\nm:\n  <<: [*x, [1]]\n",
-                 "t.yaml:3:3: merge key '<<' expects a mapping or a list of mappings, found a list whose item 2 is a list");
+                 "t.yaml:3:3: error: m: merge key '<<' expects a mapping or a list of mappings, found a list whose "
+                 "item 2 is a list");
     expect_error("m:\n  <<:\n",
-                 "t.yaml:2:3: merge key '<<' expects a mapping or a list of mappings, found an empty value");
+                 "t.yaml:2:3: error: m: merge key '<<' expects a mapping or a list of mappings, found an empty value");
     expect_error("x: &x {a: 1}\nm:\n  <<: *x\n  <<: *x\n",
-                 "t.yaml:4:3: duplicate key '<<' (first at line 3, column 3); to merge several mappings write "
-                 "<<: [*a, *b]");
+                 "t.yaml:4:3: error: m: duplicate key '<<' (first at line 3, column 3); to merge several mappings "
+                 "write <<: [*a, *b]");
+    expect_error("<<: 5\n",
+                 "t.yaml:1:1: error: (recipe): merge key '<<' expects a mapping or a list of mappings, found a "
+                 "scalar ('5')");
+    expect_error("model:\n  layers:\n    - {<<: [1]}\n",
+                 "t.yaml:3:8: error: model.layers[0]: merge key '<<' expects a mapping or a list of mappings, found a "
+                 "list whose item 1 is a scalar ('1')");
+    // An error inside a merge source is at the source, under `<<`.
+    expect_error("m: {<<: {a: 1, a: 2}}\n",
+                 "t.yaml:1:16: error: m.<<.a: duplicate key 'a' (first at line 1, column 10)");
+    expect_error("x: &x {a: 1}\nm:\n  <<: [*x, {b: 1, b: 2}]\n",
+                 "t.yaml:3:19: error: m.<<[1].b: duplicate key 'b' (first at line 3, column 13)");
 }
 
 // ---- key errors ---------------------------------------------------------------------------------
@@ -402,23 +438,41 @@ static void test_merge_bad_value_is_an_error(void **state)
 static void test_duplicate_key_names_both_positions(void **state)
 {
     (void)state;
-    expect_error("a: 1\nb: 2\na: 3\n", "t.yaml:3:1: duplicate key 'a' (first at line 1, column 1)");
+    // The key path is the duplicated key's, the mark its second occurrence.
+    expect_error("a: 1\nb: 2\na: 3\n", "t.yaml:3:1: error: a: duplicate key 'a' (first at line 1, column 1)");
     expect_error("model:\n  width: 1\n  depth: 2\n  width: 3\n",
-                 "t.yaml:4:3: duplicate key 'width' (first at line 2, column 3)");
-    expect_error("m: {a: 1, \"a\": 2}\n", "t.yaml:1:11: duplicate key 'a' (first at line 1, column 5)");
+                 "t.yaml:4:3: error: model.width: duplicate key 'width' (first at line 2, column 3)");
+    expect_error("m: {a: 1, \"a\": 2}\n", "t.yaml:1:11: error: m.a: duplicate key 'a' (first at line 1, column 5)");
+    // In a list item, block and flow.
+    expect_error("model:\n"
+                 "  layers:\n"
+                 "    - {type: relu}\n"
+                 "    - {type: dense, units: 3, units: 4}\n",
+                 "t.yaml:4:31: error: model.layers[1].units: duplicate key 'units' (first at line 4, column 21)");
+    expect_error("model:\n"
+                 "  layers:\n"
+                 "    - type: relu\n"
+                 "    - type: dense\n"
+                 "      units: 3\n"
+                 "      units: 4\n",
+                 "t.yaml:6:7: error: model.layers[1].units: duplicate key 'units' (first at line 5, column 7)");
+    // In an anchored mapping, the error is found at the original, which comes before any alias.
+    expect_error("base: &b {a: 1, a: 2}\nuse: *b\n",
+                 "t.yaml:1:17: error: base.a: duplicate key 'a' (first at line 1, column 11)");
     // Many keys: the set grows past its first size.
     char text[4096];
     int k = 0;
     for (int i = 0; i < 100; i++) k += snprintf(text + k, sizeof text - (size_t)k, "k%d: %d\n", i, i);
     snprintf(text + k, sizeof text - (size_t)k, "k42: again\n");
-    expect_error(text, "t.yaml:101:1: duplicate key 'k42' (first at line 43, column 1)");
+    expect_error(text, "t.yaml:101:1: error: k42: duplicate key 'k42' (first at line 43, column 1)");
 }
 
 static void test_non_scalar_key_is_an_error(void **state)
 {
     (void)state;
-    expect_error("? [1, 2]\n: x\n", "t.yaml:1:3: mapping keys must be plain strings, found a list");
-    expect_error("{a: 1}: x\n", "t.yaml:1:1: mapping keys must be plain strings, found a mapping");
+    expect_error("? [1, 2]\n: x\n", "t.yaml:1:3: error: (recipe): mapping keys must be plain strings, found a list");
+    expect_error("{a: 1}: x\n", "t.yaml:1:1: error: (recipe): mapping keys must be plain strings, found a mapping");
+    expect_error("m:\n  ? [1]\n  : x\n", "t.yaml:2:5: error: m: mapping keys must be plain strings, found a list");
 }
 
 // ---- syntax errors ---------------------------------------------------------------------------------
@@ -428,15 +482,19 @@ static void test_malformed_yaml_reports_line_and_column(void **state)
     (void)state;
     // Bad indentation.
     expect_error("a:\n  - 1\n b: 2\n",
-                 "t.yaml:3:2: did not find expected key (while parsing a block mapping at line 1, column 1)");
-    expect_error_prefix("a: 1\n  b: 2\n", "t.yaml:2:4: mapping values are not allowed");
+                 "t.yaml:3:2: error: (recipe): did not find expected key (while parsing a block mapping at line 1, "
+                 "column 1)");
+    expect_error("a: 1\n  b: 2\n", "t.yaml:2:4: error: (recipe): mapping values are not allowed in this context");
     // Unclosed quote: libyaml stops at the end and names where the quote opened.
     expect_error("a: \"abc\nb: 1\n",
-                 "t.yaml:3:1: found unexpected end of stream (while scanning a quoted scalar at line 1, column 4)");
-    // A tab used for indentation.
-    expect_error_prefix("a:\n\tb: 1\n", "t.yaml:2:1: found character that cannot start any token");
+                 "t.yaml:3:1: error: a: found unexpected end of stream (while scanning a quoted scalar at line 1, "
+                 "column 4)");
+    // A tab used for indentation gets a hint.
+    expect_error("a:\n\tb: 1\n", "t.yaml:2:1: error: a: found character that cannot start any token (while scanning "
+                                 "for the next token); tab characters cannot indent YAML; use spaces");
     // Bytes that are not UTF-8.
-    expect_error_prefix("a: 1\nb: x\xff\n", "t.yaml:2:5: invalid ");
+    expect_error_prefix("a: 1\nb: x\xff\n", "t.yaml:2:5: error: b: invalid ");
+    expect_error_prefix("model:\n  name: x\xff\n", "t.yaml:2:10: error: model.name: invalid ");
     // Error text is cut to the buffer and stays terminated.
     yt_doc *doc = NULL;
     char small[8];
@@ -446,16 +504,92 @@ static void test_malformed_yaml_reports_line_and_column(void **state)
     assert_null(doc);
 }
 
+// libyaml's loader leaves no tree on a syntax error; the key path comes from a second pass.
+static void test_syntax_error_key_path_at_depth(void **state)
+{
+    (void)state;
+    // A key indented deeper than its siblings in the third layer: the value of `type` ended on
+    // its own line, so the error belongs to the layer.
+    expect_error("model:\n"
+                 "  layers:\n"
+                 "    - {type: dense, units: 16}\n"
+                 "    - {type: relu}\n"
+                 "    - type: dense\n"
+                 "       units: 3\n"
+                 "optimizer:\n"
+                 "  lr: 0.1\n",
+                 "t.yaml:6:13: error: model.layers[2]: mapping values are not allowed in this context");
+    // A key with no value on its line, then a bad line: the error is in that key's value.
+    expect_error("train:\n  epochs: 5\n  batch_size\noptimizer: 1\n",
+                 "t.yaml:4:1: error: train: could not find expected ':' (while scanning a simple key at line 3, "
+                 "column 3)");
+    expect_error("model:\n"
+                 "  layers:\n"
+                 "\t- {type: dense, units: 3}\n",
+                 "t.yaml:3:1: error: model.layers: found character that cannot start any token (while scanning for the "
+                 "next token); tab characters cannot indent YAML; use spaces");
+    // Unclosed quotes at several depths: in a list item, in a key of a list item, in a flow mapping.
+    expect_error("name: \"spirals\nseed: 3\n",
+                 "t.yaml:3:1: error: name: found unexpected end of stream (while scanning a quoted scalar at line 1, "
+                 "column 7)");
+    expect_error("model:\n  layers:\n    - a\n    - \"abc\n",
+                 "t.yaml:5:1: error: model.layers[1]: found unexpected end of stream (while scanning a quoted scalar "
+                 "at line 4, column 7)");
+    expect_error("model:\n  layers:\n    - type: dense\n      name: \"abc\n",
+                 "t.yaml:5:1: error: model.layers[0].name: found unexpected end of stream (while scanning a quoted "
+                 "scalar at line 4, column 13)");
+    expect_error("m: {a: 1, b: 'x}\n",
+                 "t.yaml:2:1: error: m.b: found unexpected end of stream (while scanning a quoted scalar at line 1, "
+                 "column 14)");
+    // Unclosed flow lists: the path is the list, not an item after its last one.
+    expect_error("model:\n"
+                 "  layers: [{type: dense, units: 16}, {type: relu}, {type: dense, units: 3}\n"
+                 "optimizer:\n"
+                 "  lr: 0.1\n",
+                 "t.yaml:3:1: error: model.layers: did not find expected ',' or ']' (while parsing a flow sequence at "
+                 "line 2, column 11)");
+    expect_error("a:\n  b:\n    c: [1, 2\n",
+                 "t.yaml:4:1: error: a.b.c: did not find expected ',' or ']' (while parsing a flow sequence at line 3, "
+                 "column 8)");
+    expect_error("model:\n  layers:\n    - {type: dense, units: [1, 2}\n",
+                 "t.yaml:3:33: error: model.layers[0].units: did not find expected ',' or ']' (while parsing a flow "
+                 "sequence at line 3, column 28)");
+    // A missing value in a flow mapping; a tab inside a list.
+    expect_error("x: {a: 1, b: ]}\n",
+                 "t.yaml:1:14: error: x.b: did not find expected node content (while parsing a flow node)");
+    expect_error_prefix("x:\n  - a\n  -\t- b\n", "t.yaml:3:4: error: x[1]: ");
+    // A syntax error in a second document has the path inside that document.
+    expect_error("a: 1\n---\nb:\n  c: [\n",
+                 "t.yaml:5:1: error: b.c[0]: did not find expected node content (while parsing a flow node)");
+}
+
+// yt_load_value leaves the placing to its caller.
+static void test_load_value_error_is_message_only(void **state)
+{
+    (void)state;
+    yt_doc *doc = (yt_doc *)1;
+    char err[512] = "";
+    assert_int_equal(yt_load_value("[unclosed", "<command line>", &doc, err, sizeof err), -1);
+    assert_null(doc);
+    assert_string_equal(err, "did not find expected ',' or ']' (while parsing a flow sequence at line 1, column 1)");
+    assert_int_equal(yt_load_value("{a: 1, a: 2}", "<command line>", &doc, err, sizeof err), -1);
+    assert_string_equal(err, "duplicate key 'a' (first at line 1, column 2)");
+    assert_int_equal(yt_load_value("[1, 2]", "<command line>", &doc, err, sizeof err), 0);
+    assert_int_equal(yt_root(doc)->n, 2);
+    assert_string_equal(yt_root(doc)->mark.file, "<command line>");
+    yt_doc_free(doc);
+}
+
 static void test_second_document_is_an_error(void **state)
 {
     (void)state;
-    expect_error("a: 1\n---\nb: 2\n", "t.yaml:2:1: only one YAML document is allowed per recipe");
-    expect_error("---\na: 1\n...\n---\n", "t.yaml:4:1: only one YAML document is allowed per recipe");
+    expect_error("a: 1\n---\nb: 2\n", "t.yaml:2:1: error: (recipe): only one YAML document is allowed per recipe");
+    expect_error("---\na: 1\n...\n---\n", "t.yaml:4:1: error: (recipe): only one YAML document is allowed per recipe");
     // An explicit end marker alone is fine.
     yt_doc *doc = load_ok("a: 1\n...\n");
     yt_doc_free(doc);
     // A syntax error in the second document is still reported as such.
-    expect_error_prefix("a: 1\n---\nb: [\n", "t.yaml:4:1: ");
+    expect_error_prefix("a: 1\n---\nb: [\n", "t.yaml:4:1: error: b[0]: did not find expected node content");
 }
 
 // ---- files ---------------------------------------------------------------------------------------------
@@ -482,7 +616,7 @@ static void test_load_file(void **state)
     assert_int_equal(yt_load_file(path, &doc, err, sizeof err), -1);
     assert_null(doc);
     char want[256];
-    snprintf(want, sizeof want, "%s:2:1: duplicate key 'a' (first at line 1, column 1)", path);
+    snprintf(want, sizeof want, "%s:2:1: error: a: duplicate key 'a' (first at line 1, column 1)", path);
     assert_string_equal(err, want);
 
     // An empty file is an empty mapping.
@@ -505,7 +639,7 @@ static void test_unreadable_file(void **state)
     char err[512] = "", want[256];
     assert_int_equal(yt_load_file(path, &doc, err, sizeof err), -1);
     assert_null(doc);
-    snprintf(want, sizeof want, "%s: cannot read: No such file or directory", path);
+    snprintf(want, sizeof want, "%s: error: cannot read: No such file or directory", path);
     assert_string_equal(err, want);
 
     char dir[64];
@@ -514,7 +648,7 @@ static void test_unreadable_file(void **state)
     doc = (yt_doc *)1;
     assert_int_equal(yt_load_file(dir, &doc, err, sizeof err), -1);
     assert_null(doc);
-    snprintf(want, sizeof want, "%s: cannot read: Is a directory", dir);
+    snprintf(want, sizeof want, "%s: error: cannot read: Is a directory", dir);
     assert_string_equal(err, want);
     rmdir(dir);
 }
@@ -595,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_alias_bomb_is_an_error),
         cmocka_unit_test(test_deep_nesting_is_an_error),
         cmocka_unit_test(test_undefined_alias_is_an_error),
+        cmocka_unit_test(test_duplicate_anchor_is_an_error),
         cmocka_unit_test(test_merge_single_mapping),
         cmocka_unit_test(test_merge_explicit_key_after_merge_wins),
         cmocka_unit_test(test_merge_list_earlier_sources_win),
@@ -604,6 +739,8 @@ int main(void)
         cmocka_unit_test(test_duplicate_key_names_both_positions),
         cmocka_unit_test(test_non_scalar_key_is_an_error),
         cmocka_unit_test(test_malformed_yaml_reports_line_and_column),
+        cmocka_unit_test(test_syntax_error_key_path_at_depth),
+        cmocka_unit_test(test_load_value_error_is_message_only),
         cmocka_unit_test(test_second_document_is_an_error),
         cmocka_unit_test(test_load_file),
         cmocka_unit_test(test_unreadable_file),

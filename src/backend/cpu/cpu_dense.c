@@ -4,6 +4,8 @@
 
 #include "backend/cpu/cpu_kernels.h"
 
+#define DENSE_K_BLOCK 128
+
 // x is (N,K), w is (U,K), b is (U) or NULL, y is (N,U)
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y) {
     if (b) {
@@ -16,8 +18,14 @@ void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const fl
 // x is (N,K), w is (U,K), dy is (N,U); dw (U,K) and db (U) are overwritten, dx (N,K) accumulated
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)u, (blasint)k, (blasint)n, 1.0f, dy, (blasint)u, x,
-                (blasint)k, 0.0f, dw, (blasint)k);
+    // dW sums over the batch: in blocks of DENSE_K_BLOCK rows, because OpenBLAS's threaded sgemm
+    // splits a long inner dimension differently from its serial one, and results must not depend
+    // on the thread count. A block this short is summed the same way by both.
+    for (int64_t r0 = 0; r0 < n; r0 += DENSE_K_BLOCK) {
+        int64_t rn = n - r0 < DENSE_K_BLOCK ? n - r0 : DENSE_K_BLOCK;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)u, (blasint)k, (blasint)rn, 1.0f, dy + r0 * u,
+                    (blasint)u, x + r0 * k, (blasint)k, r0 ? 1.0f : 0.0f, dw, (blasint)k);
+    }
     if (db) {
         memset(db, 0, sizeof(float) * (size_t)u);
         for (int64_t i = 0; i < n; i++)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Every shipped recipe trains for a few steps at the reduced size its header documents, and its
+# training loss goes down (last logged window below the first).
+set -euo pipefail
+# shellcheck source=tests/e2e/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+need_galley
+
+# recipe | reduced-size overrides (as in each recipe's header, with a few more steps to measure)
+cases=(
+    "mlp|train.steps=24 train.eval_every=8"
+    "cosmoflow|data.synthetic.size=32 data.synthetic.train_size=64 data.synthetic.val_size=16 train.batch_size=8 train.steps=24 train.eval_every=8 optimizer.lr=0.02 optimizer.schedule.warmup=0"
+    "resnet18|data.synthetic.train_size=64 data.synthetic.val_size=32 train.batch_size=16 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
+    "deepcam-unet|data.synthetic.size=32 data.synthetic.train_size=32 data.synthetic.val_size=16 train.batch_size=8 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
+    "unet3d|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=6 train.eval_every=2 optimizer.schedule.warmup=0"
+)
+[[ $GALLEY_SANITIZE == 1 ]] && cases=("${cases[@]:0:2}")  # the big ones are slow under ASan
+
+for c in "${cases[@]}"; do
+    name=${c%%|*}
+    read -r -a ov <<<"${c#*|}"
+    start=$EPOCHREALTIME
+    run "$GALLEY" train "$GALLEY_SRC/recipes/$name.yaml" "${ov[@]}" train.target.metric=none train.target.above=null train.target.below=null
+    secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    [[ $RC == 0 ]] || fail "$name: exit $RC: $ERR"
+    # "step      8/24 (epoch 1)  loss 1.2345 ..." -> the training loss of each window
+    mapfile -t losses < <(grep -E '^step ' <<<"$OUT" | sed -E 's/.*\)  loss ([0-9.eE+-]+|nan|inf).*/\1/')
+    [[ ${#losses[@]} -ge 2 ]] || fail "$name: expected at least 2 logged windows, got: $OUT"
+    first=${losses[0]} last=${losses[-1]}
+    info "$name: train loss $first -> $last over ${#losses[@]} windows in ${secs}s"
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "$name: loss did not go down ($first -> $last)"
+done
