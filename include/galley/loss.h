@@ -31,18 +31,20 @@ typedef struct {
     int64_t classes, tsize;
     double loss_sum;
     int64_t samples;
-    int64_t hits, hits5, positions;   // argmax == label (per sample or per pixel), label in top 5
+    int k;                            // top-k accuracy's k
+    int64_t hits, hitsk, positions;   // argmax == label (per sample or per pixel), label in top k
     double abs_sum;                   // regression
     int64_t values;
     int64_t inter[GL_MAX_IOU_CLASSES], uni[GL_MAX_IOU_CLASSES];
 } gl_metrics;
 
-void metrics_init(gl_metrics *m, const gl_dataset *d);
+// k: the k of top-k accuracy (train.top_k).
+void metrics_init(gl_metrics *m, const gl_dataset *d, int k);
 void metrics_reset(gl_metrics *m);
 // Adds rows [0, n) of out; loss is their mean loss.
 void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
                  double loss);
-// The value of METRIC_* (accuracy, top5, loss, mae, mean_iou); NAN where it does not apply.
+// The value of METRIC_* (accuracy, top_k, loss, mae, mean_iou); NAN where it does not apply.
 double metrics_value(const gl_metrics *m, int metric);
 // Whether METRIC_* applies to this kind of target.
 int metrics_applies(gl_target_kind target, int metric);

@@ -34,7 +34,7 @@ enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
 enum { DECAY_CONSTANT = 0, DECAY_MULTISTEP = 1, DECAY_COSINE = 2, DECAY_POLY = 3 };
 enum { SCALE_NONE = 0, SCALE_LINEAR = 1, SCALE_SQRT = 2 };
-enum { METRIC_NONE = 0, METRIC_ACCURACY, METRIC_TOP5, METRIC_LOSS, METRIC_MAE, METRIC_MEAN_IOU };
+enum { METRIC_NONE = 0, METRIC_ACCURACY, METRIC_TOPK, METRIC_LOSS, METRIC_MAE, METRIC_MEAN_IOU };
 
 typedef struct {
     const char *name;
@@ -52,7 +52,7 @@ typedef struct {
         int nlayers;
     } model;
     struct {
-        int64_t steps, epochs, batch_size, threads, eval_every;
+        int64_t steps, epochs, batch_size, threads, eval_every, top_k;
         int loss, nonfinite;
         gl_floats class_weights;
         struct {

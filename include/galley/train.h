@@ -10,6 +10,8 @@
 typedef struct {
     double best, last;            // the target metric: best and last validation value (NAN if none)
     double last_loss, last_acc;   // last validation loss and accuracy (NAN where it does not apply)
+    double best_loss;             // lowest validation loss, and the step it was seen at
+    int64_t best_loss_step;
     int epochs_run;
     int64_t steps;
     int target_reached;  // 1 reached, 0 not reached, -1 no target

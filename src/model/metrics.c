@@ -7,8 +7,9 @@
 
 #include "galley/loss.h"
 
-void metrics_init(gl_metrics *m, const gl_dataset *d) {
+void metrics_init(gl_metrics *m, const gl_dataset *d, int k) {
     memset(m, 0, sizeof *m);
+    m->k = k;
     m->target = d->target;
     m->classes = d->classes;
     m->tsize = d->tsize;
@@ -17,7 +18,7 @@ void metrics_init(gl_metrics *m, const gl_dataset *d) {
 void metrics_reset(gl_metrics *m) {
     gl_metrics keep = *m;
     memset(m, 0, sizeof *m);
-    m->target = keep.target, m->classes = keep.classes, m->tsize = keep.tsize;
+    m->target = keep.target, m->classes = keep.classes, m->tsize = keep.tsize, m->k = keep.k;
 }
 
 // z points at the C logits of one position, stride s apart.
@@ -46,9 +47,9 @@ void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *
             m->hits += a == y;
             m->positions++;
             if (m->target == TARGET_CLASS) {
-                int64_t higher = 0;  // label is in the top 5 if fewer than 5 logits beat it
+                int64_t higher = 0;  // the label is in the top k if fewer than k logits beat it
                 for (int64_t j = 0; j < c; j++) higher += z[j * s] > z[y * s];
-                m->hits5 += higher < 5;
+                m->hitsk += higher < m->k;
             } else if (c <= GL_MAX_IOU_CLASSES) {
                 for (int64_t k = 0; k < c; k++) {
                     int pk = a == k, yk = y == k;
@@ -64,7 +65,7 @@ int metrics_applies(gl_target_kind target, int metric) {
     switch (metric) {
     case METRIC_LOSS: return 1;
     case METRIC_ACCURACY: return target != TARGET_VALUES;
-    case METRIC_TOP5: return target == TARGET_CLASS;
+    case METRIC_TOPK: return target == TARGET_CLASS;
     case METRIC_MAE: return target == TARGET_VALUES;
     case METRIC_MEAN_IOU: return target == TARGET_MASK;
     default: return 0;
@@ -72,7 +73,7 @@ int metrics_applies(gl_target_kind target, int metric) {
 }
 
 const char *metrics_name(int metric) {
-    static const char *const names[] = {"none", "accuracy", "top5", "loss", "mae", "mean_iou"};
+    static const char *const names[] = {"none", "accuracy", "top_k", "loss", "mae", "mean_iou"};
     return metric >= 0 && metric <= METRIC_MEAN_IOU ? names[metric] : "?";
 }
 
@@ -81,7 +82,7 @@ double metrics_value(const gl_metrics *m, int metric) {
     switch (metric) {
     case METRIC_LOSS: return m->samples ? m->loss_sum / (double)m->samples : NAN;
     case METRIC_ACCURACY: return m->positions ? (double)m->hits / (double)m->positions : NAN;
-    case METRIC_TOP5: return m->positions ? (double)m->hits5 / (double)m->positions : NAN;
+    case METRIC_TOPK: return m->positions ? (double)m->hitsk / (double)m->positions : NAN;
     case METRIC_MAE: return m->values ? m->abs_sum / (double)m->values : NAN;
     case METRIC_MEAN_IOU: {
         double sum = 0;
@@ -100,8 +101,8 @@ void metrics_format(const gl_metrics *m, char *buf, size_t len) {
         snprintf(buf + k, len - k, "  mae %.4f", metrics_value(m, METRIC_MAE));
     } else {
         k += (size_t)snprintf(buf + k, len - k, "  acc %.4f", metrics_value(m, METRIC_ACCURACY));
-        if (m->target == TARGET_CLASS && m->classes > 5 && k < len)
-            snprintf(buf + k, len - k, "  top5 %.4f", metrics_value(m, METRIC_TOP5));
+        if (m->target == TARGET_CLASS && m->classes > m->k && k < len)
+            snprintf(buf + k, len - k, "  top%d %.4f", m->k, metrics_value(m, METRIC_TOPK));
         if (m->target == TARGET_MASK && k < len)
             snprintf(buf + k, len - k, "  miou %.4f", metrics_value(m, METRIC_MEAN_IOU));
     }

@@ -56,21 +56,6 @@ static int is_index(const char *s) {
     return 1;
 }
 
-// The loader's message without its "NAME:LINE:COL: error: PATH: " prefix: inside a one-line
-// value its own position would only confuse (the caller reports the override's).
-static const char *yaml_problem(const char *msg) {
-    const char *p = strstr(msg, ": error: ");
-    if (p) {
-        p += 9;
-        const char *q = strstr(p, ": ");  // the key path, "(recipe)" for a bare value
-        return q && !strncmp(p, "(recipe)", 8) ? q + 2 : p;
-    }
-    // Older form "NAME:LINE:COL: problem": skip three colons.
-    const char *q = msg;
-    for (int i = 0; i < 3 && q; i++) q = strchr(q, ':') ? strchr(q, ':') + 1 : NULL;
-    return q ? q + (*q == ' ') : msg;
-}
-
 int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     rctx c = {.err = err};
     const char *file = yt_intern(r->doc, CMDLINE);
@@ -110,8 +95,9 @@ int recipe_override(recipe_t *r, const char *arg, int index, FILE *err) {
     yt_doc *vdoc = NULL;
     char msg[512];
     int vcol = (int)(eq - arg) + 2;
-    if (yt_load_string(eq + 1, CMDLINE, &vdoc, msg, sizeof msg) != 0) {
-        rctx_error(&c, (yt_mark){file, index, vcol}, shown, "cannot parse the value as YAML: %s", yaml_problem(msg));
+    // yt_load_value's message has no position: the override's own is what the user needs.
+    if (yt_load_value(eq + 1, CMDLINE, &vdoc, msg, sizeof msg) != 0) {
+        rctx_error(&c, (yt_mark){file, index, vcol}, shown, "cannot parse the value as YAML: %s", msg);
         return -1;
     }
     r->odocs = realloc(r->odocs, sizeof(yt_doc *) * (size_t)(r->nodocs + 1));

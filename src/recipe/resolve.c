@@ -347,7 +347,7 @@ static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
         rctx_error(c, m, "train.target", "give exactly one of 'above' or 'below' for the target metric");
     } else {
         int m_ = r->train.target.metric, downward = m_ == METRIC_LOSS || m_ == METRIC_MAE;
-        const char *name = m_ == METRIC_ACCURACY ? "accuracy" : m_ == METRIC_TOP5 ? "top5" : m_ == METRIC_LOSS ? "loss"
+        const char *name = m_ == METRIC_ACCURACY ? "accuracy" : m_ == METRIC_TOPK ? "top_k" : m_ == METRIC_LOSS ? "loss"
                            : m_ == METRIC_MAE ? "mae" : "mean_iou";
         if (downward && above)
             rctx_error(c, m, "train.target.above", "%s improves downwards: use 'below'", name);

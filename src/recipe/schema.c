@@ -33,7 +33,7 @@ static const char *const opt_choices[] = {"sgd", "adamw", "lamb", NULL};
 static const char *const unit_choices[] = {"steps", "epochs", NULL};
 static const char *const decay_choices[] = {"constant", "multistep", "cosine", "poly", NULL};
 static const char *const scaling_choices[] = {"none", "linear", "sqrt", NULL};
-static const char *const metric_choices[] = {"none", "accuracy", "top5", "loss", "mae", "mean_iou", NULL};
+static const char *const metric_choices[] = {"none", "accuracy", "top_k", "loss", "mae", "mean_iou", NULL};
 
 static const key_spec synthetic_keys[] = {
     {"kind", KT_ENUM, KF_DEFAULT, "spirals", NO_RANGE, synth_choices, OFF(data.synthetic.kind), NULL,
@@ -80,9 +80,9 @@ static const key_spec model_keys[] = {
 static const key_spec target_keys[] = {
     {"metric", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, metric_choices, OFF(train.target.metric), NULL,
      "validation metric that ends training once it passes the threshold (none: no target): accuracy "
-     "(per sample or per pixel), top5 (classification), loss, mae (regression), mean_iou (segmentation)"},
+     "(per sample or per pixel), top_k (classification; k is train.top_k), loss, mae (regression), mean_iou (segmentation)"},
     {"above", KT_FLOAT, KF_OPTIONAL, NULL, -GL_INF, GL_INF, NULL, OFF(train.target.above), NULL,
-     "stop when the metric is >= this (accuracy, top5, mean_iou); give above or below, not both",
+     "stop when the metric is >= this (accuracy, top_k, mean_iou); give above or below, not both",
      has_target, "train.target.metric is set"},
     {"below", KT_FLOAT, KF_OPTIONAL, NULL, -GL_INF, GL_INF, NULL, OFF(train.target.below), NULL,
      "stop when the metric is <= this (loss, mae)",
@@ -106,6 +106,8 @@ static const key_spec train_keys[] = {
     {"class_weights", KT_FLOATS, KF_DEFAULT, "[]", 0, 1e6, NULL, OFF(train.class_weights), NULL,
      "one weight per class (as PyTorch's CrossEntropyLoss weight; DeepCAM uses frequency^-0.125); [] for none",
      is_xent, "train.loss is softmax_cross_entropy"},
+    {"top_k", KT_INT, KF_DEFAULT, "5", 1, 1000, NULL, OFF(train.top_k), NULL,
+     "k of the top-k accuracy metric, shown for classification with more than k classes"},
     {"eval_every", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(train.eval_every), NULL,
      "evaluate on the validation split every this many steps (and at the end); 0 means after each epoch"},
     {"nonfinite", KT_ENUM, KF_DEFAULT, "stop", NO_RANGE, nonfinite_choices, OFF(train.nonfinite), NULL,

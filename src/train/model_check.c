@@ -62,7 +62,7 @@ int train_check_model(const recipe_t *r, gl_graph *g, FILE *err) {
     int metric = r->train.target.metric;
     if (metric != METRIC_NONE && !metrics_applies(d.target, metric)) {
         snprintf(msg, sizeof msg, "%s does not apply to this data set's targets (%s)", metrics_name(metric),
-                 d.target == TARGET_CLASS ? "class labels: use accuracy, top5 or loss"
+                 d.target == TARGET_CLASS ? "class labels: use accuracy, top_k or loss"
                  : d.target == TARGET_MASK ? "per-pixel classes: use accuracy, mean_iou or loss"
                                            : "real values: use mae or loss");
         say(err, recipe_mark(r, "train.target.metric"), "train.target.metric", msg, NULL);

@@ -84,6 +84,7 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     memset(res, 0, sizeof *res);
     res->target_reached = r->train.target.metric == METRIC_NONE ? -1 : 0;
     res->best = NAN;
+    res->best_loss = NAN;
     const gl_backend *be = backend_cpu();
     int threads = train_threads(r);
     be->set_threads(threads);
@@ -133,8 +134,8 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     gl_loss loss;
     loss_init(&loss, r, &train);
     gl_metrics tm, vm;
-    metrics_init(&tm, &train);
-    metrics_init(&vm, &val);
+    metrics_init(&tm, &train, (int)r->train.top_k);
+    metrics_init(&vm, &val, (int)r->train.top_k);
     gl_lr lr;
     lr_init(&lr, r, batch, steps_per_epoch, total_steps);
 
@@ -226,6 +227,7 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
         fflush(out);
         res->epochs_run = (int)epoch;
         res->last_loss = metrics_value(&vm, METRIC_LOSS);
+        if (isnan(res->best_loss) || res->last_loss < res->best_loss) res->best_loss = res->last_loss, res->best_loss_step = step;
         res->last_acc = metrics_value(&vm, METRIC_ACCURACY);
         if (r->train.target.metric != METRIC_NONE) {
             double v = metrics_value(&vm, r->train.target.metric);
@@ -256,6 +258,10 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
             (long long)step, res->seconds, t_eval, res->samples_per_s, line, ru.ru_maxrss / 1024.0);
     metrics_format_iou(&vm, line, sizeof line);
     if (line[0]) fprintf(out, "  %s\n", line);
+    fprintf(out, "  best val loss %.4f at step %lld", res->best_loss, (long long)res->best_loss_step);
+    if (r->train.target.metric != METRIC_NONE)
+        fprintf(out, "; best val %s %.4f", metrics_name(r->train.target.metric), res->best);
+    fputc('\n', out);
     if (skipped)
         fprintf(out, "  %lld steps skipped for a non-finite loss or gradient (train.nonfinite: skip)\n",
                 (long long)skipped);
