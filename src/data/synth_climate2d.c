@@ -35,13 +35,6 @@ enum { F_VORTEX = 8, F_BAND = 64 };  // feature draws: vortex k at F_VORTEX + 8k
 
 #define TWO_PI 6.283185307179586
 
-// Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
-// centred and scaled to unit variance.
-static float gauss4(uint64_t u) {
-    float s = (float)(u & 0xffff) + (float)((u >> 16) & 0xffff) + (float)((u >> 32) & 0xffff) + (float)(u >> 48);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
 typedef struct {
     float cx, cy, radius, strength, spin;
 } vortex;
@@ -195,7 +188,7 @@ void synth_climate2d(const recipe_t *r, int split, gl_dataset *d) {
                         val += w[m].amp * (cos_tab[idx] * w[m].cos_p - sin_tab[idx] * w[m].sin_p);
                     }
                     uint64_t j = (uint64_t)(c * area + py * s + px);
-                    x[c * area + py * s + px] = val + noise * gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
+                    x[c * area + py * s + px] = val + noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
                 }
             }
     }

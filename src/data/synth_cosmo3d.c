@@ -26,42 +26,7 @@
 #include "galley/rng.h"
 
 enum { STREAM_PARAMS = 0, STREAM_FIELD = 1, STREAM_NOISE = 2 };
-enum { MAX_RADIUS = 32, LINE_FLOATS = 8192, BLOCK = 16 };
-
-// Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
-// centred and scaled to unit variance.
-static float gauss4(uint64_t u) {
-    float s = (float)(u & 0xffff) + (float)((u >> 16) & 0xffff) + (float)((u >> 32) & 0xffff) + (float)(u >> 48);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
-// f is (outer, len, inner): convolves every line along the middle axis, periodically, with
-// h[0..2 rad] centred at h[rad]. Lines are copied BLOCK at a time (contiguous in inner) into
-// a stack buffer, so strided axes read whole cache lines.
-static void blur_axis(float *f, int64_t outer, int64_t len, int64_t inner, const float *h, int rad) {
-    float buf[LINE_FLOATS];
-    int64_t padded = len + 2 * rad;
-    GL_CHECK(padded <= LINE_FLOATS, "synthetic volumes are at most 4096 voxels on a side");
-    int64_t block = inner < BLOCK ? inner : BLOCK;
-    if (block * padded > LINE_FLOATS) block = LINE_FLOATS / padded;
-    for (int64_t o = 0; o < outer; o++) {
-        float *fo = f + o * len * inner;
-        for (int64_t j0 = 0; j0 < inner; j0 += block) {
-            int64_t b = inner - j0 < block ? inner - j0 : block;
-            for (int64_t t = 0; t < padded; t++) {
-                int64_t src = ((t - rad) % len + len) % len;
-                for (int64_t jj = 0; jj < b; jj++) buf[t * b + jj] = fo[src * inner + j0 + jj];
-            }
-            for (int64_t t = 0; t < len; t++) {
-                float acc[BLOCK];
-                for (int64_t jj = 0; jj < b; jj++) acc[jj] = 0.0f;
-                for (int q = 0; q <= 2 * rad; q++)
-                    for (int64_t jj = 0; jj < b; jj++) acc[jj] += h[q] * buf[(t + q) * b + jj];
-                for (int64_t jj = 0; jj < b; jj++) fo[t * inner + j0 + jj] = acc[jj];
-            }
-        }
-    }
-}
+enum { MAX_RADIUS = 32 };
 
 // h[0..2 rad]: (1 - m) * Gaussian(sigma_s) + m * Gaussian(sigma_l), each normalised to sum 1.
 static int two_scale_kernel(float h[2 * MAX_RADIUS + 1], double sigma_s, double sigma_l, double m) {
@@ -90,13 +55,13 @@ void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
 
         // 1. delta: smoothed white noise, standardised, in channel 0's memory.
         float *delta = x;
-        for (int64_t v = 0; v < vol; v++) delta[v] = gauss4(rng_u64(key, RNG_DATA, STREAM_FIELD, (uint64_t)v));
+        for (int64_t v = 0; v < vol; v++) delta[v] = synth_gauss4(rng_u64(key, RNG_DATA, STREAM_FIELD, (uint64_t)v));
         double len = 1.6 * exp2(0.5 * p[0]);
         float h[2 * MAX_RADIUS + 1];
         int rad = two_scale_kernel(h, 0.5 * len, 1.5 * len, 0.5 + 0.4 * p[2]);
-        blur_axis(delta, 1, s, s * s, h, rad);  // z
-        blur_axis(delta, s, s, s, h, rad);      // y
-        blur_axis(delta, s * s, s, 1, h, rad);  // x
+        synth_blur_axis(delta, 1, s, s * s, h, rad);  // z
+        synth_blur_axis(delta, s, s, s, h, rad);      // y
+        synth_blur_axis(delta, s * s, s, 1, h, rad);  // x
         double sum = 0.0, sum2 = 0.0;
         for (int64_t v = 0; v < vol; v++) sum += delta[v];
         double mean = sum / (double)vol;
@@ -114,7 +79,7 @@ void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
             for (int64_t v = 0; v < vol; v++) {
                 float counts = expf(a * delta[v] + off);
                 uint64_t j = (uint64_t)(c * vol + v);
-                xc[v] = logf(1.0f + counts) + noise * gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
+                xc[v] = logf(1.0f + counts) + noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
             }
         }
     }

@@ -30,42 +30,7 @@
 #include "galley/rng.h"
 
 enum { STREAM_PHI = 0, STREAM_SMALL = 1, STREAM_NOISE = 2 };
-enum { MAX_RADIUS = 32, LINE_FLOATS = 8192, BLOCK = 16 };
-
-// Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
-// centred and scaled to unit variance.
-static float gauss4(uint64_t u) {
-    float s = (float)(u & 0xffff) + (float)((u >> 16) & 0xffff) + (float)((u >> 32) & 0xffff) + (float)(u >> 48);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
-// f is (outer, len, inner): convolves every line along the middle axis, periodically, with
-// h[0..2 rad] centred at h[rad]. Lines are copied BLOCK at a time (contiguous in inner) into
-// a stack buffer, so strided axes read whole cache lines.
-static void blur_axis(float *f, int64_t outer, int64_t len, int64_t inner, const float *h, int rad) {
-    float buf[LINE_FLOATS];
-    int64_t padded = len + 2 * rad;
-    GL_CHECK(padded <= LINE_FLOATS, "synthetic volumes are at most 4096 voxels on a side");
-    int64_t block = inner < BLOCK ? inner : BLOCK;
-    if (block * padded > LINE_FLOATS) block = LINE_FLOATS / padded;
-    for (int64_t o = 0; o < outer; o++) {
-        float *fo = f + o * len * inner;
-        for (int64_t j0 = 0; j0 < inner; j0 += block) {
-            int64_t b = inner - j0 < block ? inner - j0 : block;
-            for (int64_t t = 0; t < padded; t++) {
-                int64_t src = ((t - rad) % len + len) % len;
-                for (int64_t jj = 0; jj < b; jj++) buf[t * b + jj] = fo[src * inner + j0 + jj];
-            }
-            for (int64_t t = 0; t < len; t++) {
-                float acc[BLOCK];
-                for (int64_t jj = 0; jj < b; jj++) acc[jj] = 0.0f;
-                for (int q = 0; q <= 2 * rad; q++)
-                    for (int64_t jj = 0; jj < b; jj++) acc[jj] += h[q] * buf[(t + q) * b + jj];
-                for (int64_t jj = 0; jj < b; jj++) fo[t * inner + j0 + jj] = acc[jj];
-            }
-        }
-    }
-}
+enum { MAX_RADIUS = 32 };
 
 // Smooths the (s, s, s) volume f in place by a Gaussian of sigma voxels, periodically.
 static void blur3(float *f, int64_t s, double sigma) {
@@ -74,9 +39,9 @@ static void blur3(float *f, int64_t s, double sigma) {
     double g[2 * MAX_RADIUS + 1], sum = 0.0;
     for (int t = -rad; t <= rad; t++) sum += g[t + rad] = exp(-0.5 * t * t / (sigma * sigma));
     for (int t = 0; t <= 2 * rad; t++) h[t] = (float)(g[t] / sum);
-    blur_axis(f, 1, s, s * s, h, rad);
-    blur_axis(f, s, s, s, h, rad);
-    blur_axis(f, s * s, s, 1, h, rad);
+    synth_blur_axis(f, 1, s, s * s, h, rad);
+    synth_blur_axis(f, s, s, s, h, rad);
+    synth_blur_axis(f, s * s, s, 1, h, rad);
 }
 
 // 1 / the root mean square of f[0..n) about mean (0 for a constant field).
@@ -142,8 +107,8 @@ void synth_fields3d(const recipe_t *r, int split, gl_dataset *d) {
         for (int c = 0; c < 5; c++) t[c] = d->values + i * d->tsize + c * vol;
 
         // Inputs. Scratch: t0 = phi, t1 = small-scale g, t2 = -div v.
-        for (int64_t v = 0; v < vol; v++) t[0][v] = gauss4(rng_u64(key, RNG_DATA, STREAM_PHI, (uint64_t)v));
-        for (int64_t v = 0; v < vol; v++) t[1][v] = gauss4(rng_u64(key, RNG_DATA, STREAM_SMALL, (uint64_t)v));
+        for (int64_t v = 0; v < vol; v++) t[0][v] = synth_gauss4(rng_u64(key, RNG_DATA, STREAM_PHI, (uint64_t)v));
+        for (int64_t v = 0; v < vol; v++) t[1][v] = synth_gauss4(rng_u64(key, RNG_DATA, STREAM_SMALL, (uint64_t)v));
         blur3(t[0], s, 2.5);
         blur3(t[1], s, 1.0);
         standardise(t[0], vol);
@@ -175,6 +140,6 @@ void synth_fields3d(const recipe_t *r, int split, gl_dataset *d) {
 
         for (int c = 0; c < 4; c++)
             for (int64_t v = 0; v < vol; v++)
-                x[c][v] += noise * gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, (uint64_t)(c * vol + v)));
+                x[c][v] += noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, (uint64_t)(c * vol + v)));
     }
 }

@@ -14,4 +14,10 @@ void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d);
 void synth_climate2d(const recipe_t *r, int split, gl_dataset *d);
 void synth_fields3d(const recipe_t *r, int split, gl_dataset *d);
 
+// Approximately standard normal from one 64-bit draw (Irwin-Hall of four 16-bit uniforms).
+float synth_gauss4(uint64_t u);
+// f is (outer, len, inner): convolves every line along the middle axis, periodically, with
+// h[0..2 rad] centred at h[rad].
+void synth_blur_axis(float *f, int64_t outer, int64_t len, int64_t inner, const float *h, int rad);
+
 #endif

@@ -19,13 +19,6 @@
 enum { SHAPE_KINDS = 6, STREAM_LAYOUT = 0, STREAM_NOISE = 1 };
 enum { L_CX, L_CY, L_SIZE, L_ROT, L_LEAN, L_GRADX, L_GRADY, L_CHAN };  // layout draws; L_CHAN + 2c, +2c+1 per channel
 
-// Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
-// centred and scaled to unit variance; tails end at +-3.46, plenty for pixel noise.
-static float gauss4(uint64_t u) {
-    float s = (float)(u & 0xffff) + (float)((u >> 16) & 0xffff) + (float)((u >> 32) & 0xffff) + (float)(u >> 48);
-    return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
-
 static float maxf(float a, float b) { return a > b ? a : b; }
 static float minf(float a, float b) { return a < b ? a : b; }
 
@@ -86,7 +79,7 @@ void synth_shapes2d(const recipe_t *r, int split, gl_dataset *d) {
                     float cover = minf(1.0f, maxf(0.0f, 0.5f - shape_distance(shape, u, v) * radius));
                     uint64_t j = (uint64_t)((c * s + py) * s + px);
                     xc[py * s + px] = back + gx * (float)(px - s / 2) + gy * (float)(py - s / 2) + cover * contrast +
-                                      noise * gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
+                                      noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
                 }
         }
     }
