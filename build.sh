@@ -24,6 +24,7 @@ PACKAGES=(
     libopenblas-openmp-dev gfortran
     libopenmpi-dev openmpi-bin
     libcmocka-dev python3 file
+    python3-venv chromium  # tests/e2e/test_log_*: a venv for TensorBoard's loader; rendering the report
 )
 
 say() { echo "build.sh: $*"; }

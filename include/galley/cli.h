@@ -8,6 +8,8 @@ int cmd_train(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_help(int argc, char **argv);
+int cmd_report(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 void cli_usage(FILE *out);
 // Help text for one command, or -1 if there is no such command.
 int cli_help_for(const char *command, FILE *out);

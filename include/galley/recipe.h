@@ -26,7 +26,13 @@ typedef struct {
 } layer_cfg;
 
 // Enum values, in the order of their choices tables in schema.c.
-enum { DATA_SOURCE_SYNTHETIC = 0 };
+enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1 };
+enum { DATA_SAMPLES_STACKED = 0, DATA_SAMPLES_PER_FILE = 1 };
+enum { DATA_LAYOUT_CHANNELS_FIRST = 0, DATA_LAYOUT_CHANNELS_LAST = 1 };
+enum { DATA_TARGET_CLASS = 0, DATA_TARGET_MASK = 1, DATA_TARGET_VALUES = 2 };
+enum { DATA_TRANSFORM_NONE = 0, DATA_TRANSFORM_LOG1P = 1 };
+enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
+enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
 enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_FIELDS3D };
 enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
@@ -46,6 +52,26 @@ typedef struct {
             int64_t classes, features, size, channels, train_size, val_size;
             double noise;
         } synthetic;
+        // source: hdf5 (see src/data/h5_reader.c)
+        struct {
+            const char *files, *x, *y;  // files: path, glob or comma-separated list; @FILE lists paths
+        } train, val;
+        int samples, layout, target, transform, normalize;  // DATA_SAMPLES_*, _LAYOUT_*, _TARGET_*, ...
+        int64_t classes, crop;                              // crop: 0 = whole samples
+        gl_floats mean, std, min, max;                      // per channel, or one for all
+        const char *stats;                                  // NULL: none
+        bool file_locking;
+        struct {
+            int64_t threads, prefetch;
+            bool drop_last;
+            int cache;          // DATA_CACHE_*
+            const char *stage;  // NULL: read in place
+        } loader;
+        struct {
+            bool flip, rotate;
+            int64_t pad_crop;
+            double noise;
+        } augment;
     } data;
     struct {
         layer_cfg *layers;
@@ -79,6 +105,11 @@ typedef struct {
             int64_t base_batch;        // batch size lr was tuned for
         } schedule;
     } optimizer;
+    struct {
+        int64_t every;     // progress line and metrics record every this many steps (0: at evaluations)
+        bool files;        // write a run directory
+        const char *dir;   // where run directories go: dir/<name>/<timestamp>/
+    } log;
 
     // Provenance, not schema keys.
     const char *file;

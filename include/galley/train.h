@@ -7,6 +7,12 @@
 #include "galley/graph.h"
 #include "galley/recipe.h"
 
+// How to run, beyond the recipe.
+typedef struct {
+    const char *run_dir;  // `--run-dir`: the run directory itself (NULL: log.dir/<name>/<timestamp>)
+    int rank;             // only rank 0 prints and writes files (0 until runs span processes)
+} train_opts;
+
 typedef struct {
     double best, last;            // the target metric: best and last validation value (NAN if none)
     double last_loss, last_acc;   // last validation loss and accuracy (NAN where it does not apply)
@@ -17,10 +23,12 @@ typedef struct {
     int target_reached;  // 1 reached, 0 not reached, -1 no target
     double seconds;
     double samples_per_s;  // training samples per second, evaluation excluded
+    char run_dir[4096];    // the run directory written ("" when none)
 } train_result;
 
-// Trains the recipe; progress to out, errors to err. Returns a GL_EXIT_* code.
-int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res);
+// Trains the recipe; progress to out, errors to err (both copied into the run directory's
+// console.log). opts may be NULL (defaults). Returns a GL_EXIT_* code.
+int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, train_result *res);
 
 // Checks that the model's output fits the loss and the data (printed as FILE:LINE:COL errors).
 int train_check_model(const recipe_t *r, gl_graph *g, FILE *err);

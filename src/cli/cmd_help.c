@@ -10,10 +10,14 @@ void cli_usage(FILE *out) {
     fputs("usage: galley COMMAND [ARGS]\n"
           "\n"
           "commands:\n"
-          "  train RECIPE [key=value ...]   train the model a recipe describes\n"
+          "  train RECIPE [key=value ...]   train the model a recipe describes (--run-dir DIR: where its\n"
+          "                                 run directory goes)\n"
           "  check RECIPE [key=value ...]   validate a recipe; print it with every default filled in\n"
           "                                 and a summary of the model\n"
+          "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
+          "                                 of one or more runs\n"
           "  info                           version, build features, CPU, GPUs, MPI and NCCL\n"
+          "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"
           "  help [COMMAND | recipe]        help for a command, or the recipe reference\n"
           "  --version, --help\n"
           "\n"
@@ -25,12 +29,27 @@ void cli_usage(FILE *out) {
 
 int cli_help_for(const char *c, FILE *out) {
     if (!strcmp(c, "train")) {
-        fputs("usage: galley train RECIPE [key=value ...]\n\n"
+        fputs("usage: galley train RECIPE [key=value ...] [--run-dir DIR]\n\n"
               "Validates RECIPE (as `galley check` does), builds the model, and trains it, printing one line\n"
-              "per epoch with training and validation loss and accuracy. Overrides are typed and checked\n"
-              "like recipe text; list items are addressed as model.layers[2].units or model.layers.2.units.\n"
+              "per evaluation with training and validation loss and metrics; between them a progress line\n"
+              "(in place on a terminal, every log.every steps otherwise). The end summary splits the time\n"
+              "into data wait, forward, backward, communication, optimizer, checkpoint and evaluation.\n"
+              "Overrides are typed and checked like recipe text; list items are addressed as\n"
+              "model.layers[2].units or model.layers.2.units.\n\n"
+              "The run directory (log.dir/<name>/<YYYYmmdd-HHMMSS>/, or DIR with --run-dir) keeps the resolved\n"
+              "recipe, metrics.jsonl, TensorBoard event files, console.log and summary.json; log.files=false\n"
+              "keeps none. See them with `galley report DIR` or `tensorboard --logdir runs/`.\n\n"
               "Exit codes: 0 success (and train.target reached, if set), 1 runtime failure, 2 usage or\n"
               "recipe error, 3 train.target not reached.\n",
+              out);
+    } else if (!strcmp(c, "report")) {
+        fputs("usage: galley report RUN_DIR [RUN_DIR ...] [-o OUT.html]\n\n"
+              "Writes one self-contained HTML page (inline SVG, no script, no network) with the loss, metric,\n"
+              "learning-rate and throughput curves over steps, the time breakdown, the run summary and the\n"
+              "recipe. Several runs are overlaid in different colours. A RUN_DIR that is not a run directory\n"
+              "(no metrics.jsonl) stands for the runs below it, e.g. runs/quickstart for all its runs.\n"
+              "Default output: RUN_DIR/report.html for one run, ./report.html for several.\n"
+              "Exit codes: 0 written, 1 I/O error, 2 usage error or no run found.\n",
               out);
     } else if (!strcmp(c, "check")) {
         fputs("usage: galley check RECIPE [key=value ...]\n\n"
@@ -44,6 +63,12 @@ int cli_help_for(const char *c, FILE *out) {
               "Prints the version, build type and features (CUDA backend, sanitizers), library versions\n"
               "(libyaml, HDF5, OpenBLAS, MPI), the CPU and its vector features, GPUs seen by the CUDA\n"
               "runtime, and whether NCCL can be loaded.\n",
+              out);
+    } else if (!strcmp(c, "data")) {
+        fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n\n"
+              "Writes a synthetic data set (spirals, blobs, shapes2d, cosmo3d, climate2d, fields3d) as HDF5, the\n"
+              "same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
+              "`galley data synth --help` lists the keys and the datasets written.\n",
               out);
     } else if (!strcmp(c, "help")) {
         fputs("usage: galley help [COMMAND | recipe]\n\n"
@@ -67,7 +92,7 @@ int cmd_help(int argc, char **argv) {
         return GL_EXIT_USAGE;
     }
     if (cli_help_for(argv[0], stdout) != 0) {
-        fprintf(stderr, "galley: unknown command '%s'; commands: train, check, info, help\n", argv[0]);
+        fprintf(stderr, "galley: unknown command '%s'; commands: train, check, report, info, help\n", argv[0]);
         return GL_EXIT_USAGE;
     }
     return GL_EXIT_OK;

@@ -25,7 +25,13 @@ static bool is_scaled(const void *b) { return R(b)->optimizer.schedule.scaling !
 static bool has_target(const void *b) { return R(b)->train.target.metric != METRIC_NONE; }
 #define NO_RANGE 0, 0
 
-static const char *const source_choices[] = {"synthetic", NULL};
+static const char *const source_choices[] = {"synthetic", "hdf5", NULL};
+static const char *const samples_choices[] = {"stacked", "per_file", NULL};
+static const char *const layout_choices[] = {"channels_first", "channels_last", NULL};
+static const char *const target_kind_choices[] = {"class", "mask", "values", NULL};
+static const char *const transform_choices[] = {"none", "log1p", NULL};
+static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
+static const char *const cache_choices[] = {"none", "memory", NULL};
 static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
@@ -62,11 +68,119 @@ static const key_spec synthetic_keys[] = {
     KEY_END,
 };
 
+static bool is_synthetic(const void *b) { return R(b)->data.source == DATA_SOURCE_SYNTHETIC; }
+static bool is_hdf5(const void *b) { return R(b)->data.source == DATA_SOURCE_HDF5; }
+static bool hdf5_labels(const void *b) { return is_hdf5(b) && R(b)->data.target != DATA_TARGET_VALUES; }
+static bool hdf5_normalized(const void *b) { return is_hdf5(b) && R(b)->data.normalize != DATA_NORM_NONE; }
+static bool hdf5_standard(const void *b) { return is_hdf5(b) && R(b)->data.normalize == DATA_NORM_STANDARD; }
+static bool hdf5_minmax(const void *b) { return is_hdf5(b) && R(b)->data.normalize == DATA_NORM_MINMAX; }
+
+#define SPLIT_FILE_KEYS(split, what)                                                                              \
+    {"files", KT_STRING, KF_REQUIRED, NULL, NO_RANGE, NULL, OFF(data.split.files), NULL,                          \
+     "HDF5 files of the " what " split: a path, a glob (data/train-*.h5), several of these separated by commas, "  \
+     "or @LIST (a text file naming one path per line); relative paths are relative to the working directory"},   \
+    {"x", KT_STRING, KF_DEFAULT, "x", NO_RANGE, NULL, OFF(data.split.x), NULL,                                   \
+     "dataset holding the inputs, e.g. climate/data (DeepCAM)"},                                                  \
+    {"y", KT_STRING, KF_DEFAULT, "y", NO_RANGE, NULL, OFF(data.split.y), NULL,                                   \
+     "dataset holding the targets, e.g. climate/labels_0 (DeepCAM)"},                                             \
+    KEY_END
+
+static const key_spec train_file_keys[] = {SPLIT_FILE_KEYS(train, "training")};
+static const key_spec val_file_keys[] = {SPLIT_FILE_KEYS(val, "validation")};
+
+static const key_spec loader_keys[] = {
+    {"threads", KT_INT, KF_DEFAULT, "2", 1, 256, NULL, OFF(data.loader.threads), NULL,
+     "reader threads: they read, decode, transform and augment samples off the training thread; the batches "
+     "are the same for any number"},
+    {"prefetch", KT_INT, KF_DEFAULT, "4", 2, 1024, NULL, OFF(data.loader.prefetch), NULL,
+     "batches prepared ahead (the loader's memory is this many batches, plus the cache)"},
+    {"drop_last", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.loader.drop_last), NULL,
+     "drop the last, partial batch of each training epoch (false: keep it, smaller); evaluation keeps every sample"},
+    {"cache", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, cache_choices, OFF(data.loader.cache), NULL,
+     "memory: keep each decoded sample (after transform and normalisation, before crops and augmentation) the "
+     "first time it is read, so later epochs do not read files; needs samples x sample size x 4 bytes",
+     is_hdf5, "data.source is hdf5"},
+    {"stage", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.loader.stage), NULL,
+     "copy the files this rank reads to this directory (node-local storage such as /dev/shm) at start, as "
+     "MLPerf CosmoFlow does, and read them there; removed at the end",
+     is_hdf5, "data.source is hdf5"},
+    KEY_END,
+};
+
+static const key_spec augment_keys[] = {
+    {"flip", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.augment.flip), NULL,
+     "flip each spatial axis with probability 1/2 (training only; masks and field targets alike)"},
+    {"rotate", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.augment.rotate), NULL,
+     "one of the 8 symmetries of a square (2D) or the 24 rotations of a cube (3D), uniformly; needs square or "
+     "cubic samples (or crops)"},
+    {"pad_crop", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(data.augment.pad_crop), NULL,
+     "pad each spatial side with this many zeros, then crop back to the sample size at a random offset"},
+    {"noise", KT_FLOAT, KF_DEFAULT, "0", 0, 100, NULL, OFF(data.augment.noise), NULL,
+     "standard deviation of Gaussian noise added to the inputs (not to targets)"},
+    KEY_END,
+};
+
 static const key_spec data_keys[] = {
     {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, source_choices, OFF(data.source), NULL,
-     "where samples come from: synthetic (built in, generated in memory from the seed)"},
+     "where samples come from: synthetic (built in, generated in memory from the seed) or hdf5 (files; "
+     "`galley data synth` writes the synthetic kinds as HDF5)"},
     {"synthetic", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, synthetic_keys,
-     "the built-in data set (data.source: synthetic)"},
+     "the built-in data set", is_synthetic, "data.source is synthetic"},
+    {"train", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, train_file_keys,
+     "the training split's files and dataset names", is_hdf5, "data.source is hdf5"},
+    {"val", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, val_file_keys,
+     "the validation split's files and dataset names", is_hdf5, "data.source is hdf5"},
+    {"samples", KT_ENUM, KF_DEFAULT, "stacked", NO_RANGE, samples_choices, OFF(data.samples), NULL,
+     "stacked: the first axis of x and y indexes samples (many per file); per_file: each file holds one sample "
+     "(DeepCAM), x and y have no sample axis",
+     is_hdf5, "data.source is hdf5"},
+    {"layout", KT_ENUM, KF_DEFAULT, "channels_first", NO_RANGE, layout_choices, OFF(data.layout), NULL,
+     "axis order of x (and of field targets) on disk after the sample axis: channels_first (C, D, H, W) or "
+     "channels_last (D, H, W, C; DeepCAM, CosmoFlow); samples reach the model channels first either way. Rank 1: "
+     "feature vectors; rank 2: one-channel images",
+     is_hdf5, "data.source is hdf5"},
+    {"target", KT_ENUM, KF_DEFAULT, "class", NO_RANGE, target_kind_choices, OFF(data.target), NULL,
+     "what y holds: class (one integer label per sample), mask (one label per pixel/voxel, the spatial shape of "
+     "x) or values (floats: regression targets, or a field with x's spatial shape and layout)",
+     is_hdf5, "data.source is hdf5"},
+    {"classes", KT_INT, KF_DEFAULT, "2", 2, 1e6, NULL, OFF(data.classes), NULL,
+     "number of classes; labels outside [0, classes) are an error naming the file and sample",
+     hdf5_labels, "data.source is hdf5 and data.target is class or mask"},
+    {"transform", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, transform_choices, OFF(data.transform), NULL,
+     "applied to x first: log1p = log(1 + x) (CosmoFlow's counts)",
+     is_hdf5, "data.source is hdf5"},
+    {"normalize", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, normalize_choices, OFF(data.normalize), NULL,
+     "then per channel: minmax (x - min) / (max - min), or standard (x - mean) / std; values from data.min/max "
+     "or data.mean/std, or from data.stats",
+     is_hdf5, "data.source is hdf5"},
+    {"mean", KT_FLOATS, KF_DEFAULT, "[]", -GL_INF, GL_INF, NULL, OFF(data.mean), NULL,
+     "per-channel means (one value: all channels); [] takes them from data.stats",
+     hdf5_standard, "data.normalize is standard"},
+    {"std", KT_FLOATS, KF_DEFAULT, "[]", 1e-30, GL_INF, NULL, OFF(data.std), NULL,
+     "per-channel standard deviations, as data.mean", hdf5_standard, "data.normalize is standard"},
+    {"min", KT_FLOATS, KF_DEFAULT, "[]", -GL_INF, GL_INF, NULL, OFF(data.min), NULL,
+     "per-channel minima (one value: all channels); [] takes them from data.stats",
+     hdf5_minmax, "data.normalize is minmax"},
+    {"max", KT_FLOATS, KF_DEFAULT, "[]", -GL_INF, GL_INF, NULL, OFF(data.max), NULL,
+     "per-channel maxima, as data.min", hdf5_minmax, "data.normalize is minmax"},
+    {"stats", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.stats), NULL,
+     "HDF5 file with datasets mean and std, or min and max (DeepCAM's climate/minval and climate/maxval are "
+     "accepted too), one value per channel; used where the recipe gives none",
+     hdf5_normalized, "data.normalize is minmax or standard"},
+    {"crop", KT_INT, KF_DEFAULT, "0", 0, 1e6, NULL, OFF(data.crop), NULL,
+     "edge of the spatial crop taken from each sample, read from the file as a hyperslab (the SC22 U-Net reads "
+     "64^3 crops of 1024^3 volumes): random for training, a fixed random offset per sample for validation; "
+     "0: whole samples",
+     is_hdf5, "data.source is hdf5"},
+    {"file_locking", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.file_locking), NULL,
+     "HDF5 file locking (off by default: it fails on Lustre and some NFS); the HDF5_USE_FILE_LOCKING "
+     "environment variable, when set, wins",
+     is_hdf5, "data.source is hdf5"},
+    {"loader", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, loader_keys,
+     "how samples are read: reader threads, prefetch depth, cache, staging"},
+    {"augment", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, augment_keys,
+     "random training-time changes of each sample, seeded (seed, epoch, sample): the same for any thread or "
+     "rank count"},
     KEY_END,
 };
 
@@ -179,6 +293,20 @@ static const key_spec optimizer_keys[] = {
     KEY_END,
 };
 
+static const key_spec log_keys[] = {
+    {"every", KT_INT, KF_DEFAULT, "50", 0, 1e12, NULL, OFF(log.every), NULL,
+     "a progress line (when the output is not a terminal) and a metrics.jsonl/TensorBoard record every this "
+     "many steps; 0: only at evaluations. On a terminal the progress line updates in place instead"},
+    {"files", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(log.files), NULL,
+     "write a run directory (recipe.yaml, metrics.jsonl, TensorBoard events, console.log, summary.json); "
+     "false: print only. `galley train --run-dir DIR` writes one whatever this says"},
+    {"dir", KT_STRING, KF_DEFAULT, "runs", NO_RANGE, NULL, OFF(log.dir), NULL,
+     "where run directories go: `DIR/<name>/<YYYYmmdd-HHMMSS>/`, relative to the working directory "
+     "(`--run-dir` names the run directory itself instead; unused with log.files false, so that "
+     "log.files=false works on any recipe)"},
+    KEY_END,
+};
+
 const key_spec recipe_schema[] = {
     {"name", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(name), NULL,
      "run name (default: the recipe's file name without .yaml)"},
@@ -188,5 +316,7 @@ const key_spec recipe_schema[] = {
     {"model", KT_SECTION, KF_REQUIRED, NULL, NO_RANGE, NULL, 0, model_keys, "the network"},
     {"train", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, train_keys, "the training loop"},
     {"optimizer", KT_SECTION, KF_REQUIRED, NULL, NO_RANGE, NULL, 0, optimizer_keys, "the optimizer"},
+    {"log", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, log_keys,
+     "what a run prints and keeps (the run directory: see \"Watching a run\" in the README)"},
     KEY_END,
 };

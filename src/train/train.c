@@ -1,13 +1,13 @@
 // train.c: the loop. Plan memory, build the model and data, then step: shuffle at each epoch,
 // gather a batch, forward, loss, backward, optimizer at the scheduled learning rate; evaluate
-// on the held-out split each epoch (or every eval_every steps) and stop at the target.
+// on the held-out split each epoch (or every eval_every steps) and stop at the target. Each
+// phase is timed; the run log (runlog.h) shows progress and keeps the run directory.
 #include "galley/train.h"
 
 #include <math.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "galley/arena.h"
@@ -18,12 +18,9 @@
 #include "galley/lr.h"
 #include "galley/optim.h"
 #include "galley/rng.h"
+#include "galley/runlog.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return runlog_now(); }
 
 int train_threads(const recipe_t *r) {
     if (r->train.threads > 0) return (int)r->train.threads;
@@ -80,7 +77,49 @@ static const char *task_words(const gl_dataset *d) {
     return d->target == TARGET_CLASS ? "classification" : d->target == TARGET_MASK ? "segmentation" : "regression";
 }
 
-int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
+// The progress line's metric: the target's, else accuracy (classes, masks) or MAE (values).
+static int main_metric(const recipe_t *r, const gl_dataset *d) {
+    int t = r->train.target.metric;
+    if (t != METRIC_NONE && t != METRIC_LOSS) return t;
+    return d->target == TARGET_VALUES ? METRIC_MAE : METRIC_ACCURACY;
+}
+
+static const char *synth_words(int kind) {
+    static const char *const names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d"};
+    return kind >= 0 && kind <= SYNTH_FIELDS3D ? names[kind] : "?";
+}
+
+// Cumulative phase times as of `now` (OTHER: the rest of the wall time since t_start).
+static void phases_at(double *dst, const double *ph, double t_start, double now) {
+    double known = 0;
+    for (int i = 0; i < PHASE_OTHER; i++) dst[i] = ph[i], known += ph[i];
+    dst[PHASE_OTHER] = (now - t_start) - known;
+}
+
+// The training steps since the last metrics record.
+typedef struct {
+    gl_metrics m;
+    int64_t samples, steps;
+    double t0, eval0;  // when it started, and the evaluation seconds by then (excluded from its rate)
+} train_window;
+
+static void window_log(gl_runlog *lg, train_window *w, const gl_lr *lr, const double *ph, int64_t step,
+                       int64_t epoch, double t_start, double now, bool print) {
+    double secs = (now - w->t0) - (ph[PHASE_EVAL] - w->eval0);
+    gl_logpoint p = {.step = step, .epoch = epoch, .time = now - t_start, .loss = metrics_value(&w->m, METRIC_LOSS),
+                     .lr = lr_at(lr, step - 1), .samples_per_s = secs > 0 ? (double)w->samples / secs : 0};
+    metric_set_from(&p.m, &w->m);
+    phases_at(p.phase, ph, t_start, now);
+    runlog_train(lg, &p, print);
+    metrics_reset(&w->m);
+    w->samples = w->steps = 0;
+    w->t0 = runlog_now();
+    w->eval0 = ph[PHASE_EVAL];
+}
+
+int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, train_result *res) {
+    static const train_opts defaults = {0};
+    if (!opts) opts = &defaults;
     memset(res, 0, sizeof *res);
     res->target_reached = r->train.target.metric == METRIC_NONE ? -1 : 0;
     res->best = NAN;
@@ -133,43 +172,63 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
     b.rows = arena_alloc(&arena, (size_t)batch * sizeof(int64_t));
     gl_loss loss;
     loss_init(&loss, r, &train);
-    gl_metrics tm, vm;
+    gl_metrics tm, vm;  // training since the last evaluation, validation
+    train_window w = {0};
     metrics_init(&tm, &train, (int)r->train.top_k);
     metrics_init(&vm, &val, (int)r->train.top_k);
+    metrics_init(&w.m, &train, (int)r->train.top_k);
     gl_lr lr;
     lr_init(&lr, r, batch, steps_per_epoch, total_steps);
 
-    char tw[128], line[256], rule[512], shp[64];
-    shape_format(&train.shape, shp, sizeof shp);
-    fprintf(out, "galley: training '%s' (recipe %s, hash %016llx)\n", r->name, r->file,
-            (unsigned long long)recipe_hash(r));
-    fprintf(out, "  device cpu, %d threads | batch %lld | %lld parameters, %.3g MFLOPs/sample forward\n", threads,
-            (long long)batch, (long long)g.nparams, (double)g.flops / 1e6);
-    fprintf(out, "  data: synthetic %s, %s, input %s, train %lld, val %lld samples (generated in %.2f s)\n",
-            r->data.synthetic.kind == SYNTH_SPIRALS ? "spirals" : r->data.synthetic.kind == SYNTH_BLOBS ? "blobs"
-            : r->data.synthetic.kind == SYNTH_SHAPES2D ? "shapes2d" : r->data.synthetic.kind == SYNTH_COSMO3D ? "cosmo3d"
-            : r->data.synthetic.kind == SYNTH_CLIMATE2D ? "climate2d" : "fields3d",
-            task_words(&train), shp, (long long)train.n, (long long)val.n, t_data);
-    lr_describe(&lr, rule, sizeof rule);
-    fprintf(out, "  run: %lld steps (%lld per epoch%s) | %s\n", (long long)total_steps, (long long)steps_per_epoch,
-            r->train.steps > 0 ? "; train.steps is set, so train.epochs is not used" : "", rule);
-    if (res->target_reached == 0) fprintf(out, "  target: %s\n", target_words(r, tw, sizeof tw));
-    fflush(out);
+    // From here on everything printed is also kept in the run directory's console.log.
+    gl_runlog lg;
+    int code = runlog_open(&lg, r, opts->run_dir, opts->rank, out, err);
+    if (code != GL_EXIT_OK) {
+        runlog_close(&lg);
+        graph_free(&g);
+        arena_free(&arena);
+        return code;
+    }
+    snprintf(res->run_dir, sizeof res->run_dir, "%s", lg.dir);
+    out = lg.out;
+    err = lg.err;
 
-    int code = GL_EXIT_OK;
-    int64_t step = 0, skipped = 0, seen = 0, seen_total = 0, last_eval = -1;
-    double t_start = now_s(), t_mark = t_start, t_eval = 0;
+    gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = "cpu",
+                       .ranks = 1, .threads = threads, .precision = "fp32", .global_batch = batch,
+                       .local_batch = batch, .parameters = g.nparams, .mflops = (double)g.flops / 1e6,
+                       .train_samples = train.n, .val_samples = val.n, .data_seconds = t_data,
+                       .total_steps = total_steps, .steps_per_epoch = steps_per_epoch,
+                       .steps_set = r->train.steps > 0, .main_metric = main_metric(r, &train)};
+    char tw[128], line[256], shp[64];
+    shape_format(&train.shape, shp, sizeof shp);
+    snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_words(r->data.synthetic.kind),
+             task_words(&train), shp);
+    lr_describe(&lr, info.lr_rule, sizeof info.lr_rule);
+    if (res->target_reached == 0) target_words(r, info.target, sizeof info.target);
+    runlog_banner(&lg, &info);
+
+    int64_t step = 0, skipped = 0, seen = 0, seen_total = 0, best_step = 0, epoch = 1;
+    double ph[PHASE_COUNT] = {0};
+    double t_start = now_s(), t_mark = t_start, t_now = t_start;
+    w.t0 = t_start;
     metrics_reset(&tm);
     gl_tensor *o = graph_output(&g);
+    gl_logpoint p;
     while (step < total_steps) {
-        int64_t epoch = step / steps_per_epoch + 1, s = (step % steps_per_epoch) * batch;
+        double t0 = now_s();
+        epoch = step / steps_per_epoch + 1;
+        int64_t s = (step % steps_per_epoch) * batch;
         if (s == 0) shuffle(perm, train.n, (uint64_t)r->seed, epoch);
         int64_t n = train.n - s < batch ? train.n - s : batch;
         data_gather(&train, perm + s, n, g.input.data, b.labels, b.values);
+        double t1 = now_s();
+        ph[PHASE_DATA] += t1 - t0;
         g.step = step;
         graph_forward(&g, n, true);
         double l = loss_compute(&loss, be, o, n, b.labels, b.values, o->grad);
         if (!isfinite(l)) {
+            t_now = now_s();
+            ph[PHASE_FORWARD] += t_now - t1;
             if (r->train.nonfinite == NONFINITE_SKIP) {
                 skipped++;
             } else {
@@ -186,9 +245,16 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
             }
         } else {
             metrics_add(&tm, o, n, b.labels, b.values, l);
+            metrics_add(&w.m, o, n, b.labels, b.values, l);
+            double t2 = now_s();
+            ph[PHASE_FORWARD] += t2 - t1;
             graph_backward(&g, n);
+            double t3 = now_s();
+            ph[PHASE_BACKWARD] += t3 - t2;
             // A non-finite gradient norm leaves the weights untouched (optim_step skips it).
             double norm = optim_step(&opt, &g, lr_at(&lr, step));
+            t_now = now_s();
+            ph[PHASE_OPTIM] += t_now - t3;
             if (!isfinite(norm)) {
                 if (r->train.nonfinite == NONFINITE_SKIP) {
                     skipped++;
@@ -205,15 +271,36 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
         step++;
         seen += n;
         seen_total += n;
+        w.samples += n;
+        w.steps++;
         int epoch_end = step % steps_per_epoch == 0;
         int due = r->train.eval_every > 0 ? step % r->train.eval_every == 0 : epoch_end;
-        if (!due && step < total_steps) continue;
+        int last = step >= total_steps;
+        // A metrics record every log.every steps (with a plain line unless on a terminal), at the
+        // end, and with log.every 0 at each evaluation; a live line on a terminal in between.
+        int logged = lg.every > 0 && step % lg.every == 0;
+        if (logged || ((last || (lg.every == 0 && due)) && w.steps > 0)) {
+            window_log(&lg, &w, &lr, ph, step, epoch, t_start, t_now, logged);
+            t_now = w.t0;
+        } else if (runlog_live_due(&lg, t_now)) {
+            p = (gl_logpoint){.step = step, .epoch = epoch, .epoch_step = (step - 1) % steps_per_epoch + 1,
+                              .epoch_steps = steps_per_epoch, .time = t_now - t_start,
+                              .loss = metrics_value(&tm, METRIC_LOSS),
+                              .samples_per_s = t_now > t_mark ? (double)seen / (t_now - t_mark) : 0};
+            metric_set_from(&p.m, &tm);
+            runlog_live(&lg, &p, t_now);
+        }
+        if (!due && !last) continue;
 
         double te = now_s();
         evaluate(&g, &loss, &val, &b, &vm);
-        t_eval += now_s() - te;
-        last_eval = step;
-        double elapsed = now_s() - t_mark;
+        double te2 = now_s();
+        ph[PHASE_EVAL] += te2 - te;
+        p = (gl_logpoint){.step = step, .epoch = epoch, .time = te2 - t_start, .loss = metrics_value(&vm, METRIC_LOSS),
+                          .seconds = te2 - te};
+        metric_set_from(&p.m, &vm);
+        runlog_eval(&lg, &p);
+        double elapsed = te2 - t_mark;
         char tl[160], vl[160];
         metrics_format(&tm, tl, sizeof tl);
         metrics_format(&vm, vl, sizeof vl);
@@ -232,10 +319,11 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
         if (r->train.target.metric != METRIC_NONE) {
             double v = metrics_value(&vm, r->train.target.metric);
             int up = !isnan(r->train.target.above);
-            if (isnan(res->best) || (up ? v > res->best : v < res->best)) res->best = v;
+            if (isnan(res->best) || (up ? v > res->best : v < res->best)) res->best = v, best_step = step;
             res->last = v;
             if (res->target_reached == 0 && target_met(r, v)) {
                 res->target_reached = 1;
+                if (w.steps > 0) window_log(&lg, &w, &lr, ph, step, epoch, t_start, now_s(), false);
                 fprintf(out, "target reached: %s at step %lld, epoch %lld (%s %.4f)\n", target_words(r, tw, sizeof tw),
                         (long long)step, (long long)epoch, metrics_name(r->train.target.metric), v);
                 break;
@@ -243,34 +331,37 @@ int train_run(const recipe_t *r, FILE *out, FILE *err, train_result *res) {
         }
         metrics_reset(&tm);
         seen = 0;
-        t_mark = now_s();
-    }
-    (void)last_eval;
-    res->steps = step;
-    res->seconds = now_s() - t_start;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    metrics_format(&vm, line, sizeof line);
-    double t_train = res->seconds - t_eval;
-    res->samples_per_s = t_train > 0 ? (double)seen_total / t_train : 0;
-    fprintf(out, "done: %lld steps in %.2f s (evaluation %.2f s) | training %.1f samples/s | last val %s | peak "
-                 "memory %.1f MiB\n",
-            (long long)step, res->seconds, t_eval, res->samples_per_s, line, ru.ru_maxrss / 1024.0);
-    metrics_format_iou(&vm, line, sizeof line);
-    if (line[0]) fprintf(out, "  %s\n", line);
-    fprintf(out, "  best val loss %.4f at step %lld", res->best_loss, (long long)res->best_loss_step);
-    if (r->train.target.metric != METRIC_NONE)
-        fprintf(out, "; best val %s %.4f", metrics_name(r->train.target.metric), res->best);
-    fputc('\n', out);
-    if (skipped)
-        fprintf(out, "  %lld steps skipped for a non-finite loss or gradient (train.nonfinite: skip)\n",
-                (long long)skipped);
-    if (res->target_reached == 0) {
-        fprintf(out, "target NOT reached: %s; best %.4f (exit code %d)\n", target_words(r, tw, sizeof tw), res->best,
-                GL_EXIT_TARGET);
-        code = GL_EXIT_TARGET;
+        t_mark = t_now = now_s();
     }
 done:
+    if (code == GL_EXIT_RUNTIME && w.steps > 0)  // the steps before the failure, for the record
+        window_log(&lg, &w, &lr, ph, step, epoch, t_start, now_s(), false);
+    res->steps = step;
+    res->seconds = now_s() - t_start;
+    {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double t_train = res->seconds - ph[PHASE_EVAL];
+        res->samples_per_s = t_train > 0 ? (double)seen_total / t_train : 0;
+        gl_runsummary sum = {.exit_code = code, .steps = step, .epochs = res->epochs_run, .skipped = skipped,
+                             .samples = seen_total, .wall = res->seconds, .samples_per_s = res->samples_per_s,
+                             .peak_host_mib = ru.ru_maxrss / 1024.0, .peak_device_mib = NAN,
+                             .last_loss = res->last_loss, .best_loss = res->best_loss,
+                             .best_loss_step = res->best_loss_step, .best_metric = r->train.target.metric,
+                             .best = res->best, .best_step = best_step};
+        memcpy(sum.phase, ph, sizeof ph);
+        metric_set_from(&sum.last, &vm);
+        metrics_format_iou(&vm, sum.iou, sizeof sum.iou);
+        if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
+        sum.exit_code = code;
+        sum.status = code == GL_EXIT_RUNTIME ? "failed" : res->target_reached == 1 ? "target reached"
+                     : res->target_reached == 0 ? "target not reached" : "finished";
+        runlog_finish(&lg, &sum);
+        if (code == GL_EXIT_TARGET)
+            fprintf(out, "target NOT reached: %s; best %.4f (exit code %d)\n", target_words(r, tw, sizeof tw),
+                    res->best, GL_EXIT_TARGET);
+    }
+    runlog_close(&lg);
     graph_free(&g);
     arena_free(&arena);
     return code;

@@ -2,14 +2,14 @@
 # tests/bench/run.sh: galley's CPU training throughput against PyTorch, on this machine.
 #
 # Not a test (CI does not run it): a benchmark run by hand, which takes 10-20 minutes (plus the
-# PyTorch install the first time) and overwrites tests/bench/results.md with its table.
+# PyTorch install the first time: several GB) and overwrites tests/bench/results.md with its table.
 #
 # What it does, in one run:
 #   1. PyTorch: the current release from PyPI in tests/bench/.venv (made when missing or
 #      broken), and Debian's python3-torch (apt-get installed when missing) run with
 #      /usr/bin/python3 as a second column.
 #   2. This machine's sgemm peak: tests/bench/sgemm_peak.c built against the static OpenMP
-#      OpenBLAS galley links; square 2048..4096 sgemm, best of 3, at 1 and at all threads.
+#      OpenBLAS galley links; square 2048..4096 sgemm, best of 5, at 1 and at all threads.
 #   3. Three models, the same in galley and PyTorch (tests/bench/torch_bench.py): small_cnn
 #      (tests/bench/small_cnn.yaml, batch 64), mlp (recipes/mlp.yaml, batch 128), cosmoflow
 #      (recipes/cosmoflow.yaml at 32^3, batch 8); fp32, SGD momentum 0.9, synthetic in-memory
@@ -29,17 +29,18 @@
 #   BENCH_SECONDS   timed seconds per run (default 5; cosmoflow runs at least 10 steps)
 #   BENCH_THREADS   thread counts to try (default "1 2")
 #   BENCH_MODELS    models to run (default "small_cnn mlp cosmoflow")
-#   BENCH_REPEAT    runs of each (framework, model, threads); the best counts (default 1)
+#   BENCH_REPEAT    runs of each (framework, model, threads); the best counts (default 2)
+#   BENCH_VENV      the virtual environment for PyPI PyTorch (default tests/bench/.venv)
 #   BENCH_NO_INSTALL=1  never install anything; a missing PyTorch leaves its column empty
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-VENV=$HERE/.venv
+VENV=${BENCH_VENV:-$HERE/.venv}
 SECS=${BENCH_SECONDS:-5}
 THREADS=${BENCH_THREADS:-"1 2"}
 MODELS=${BENCH_MODELS:-"small_cnn mlp cosmoflow"}
-REPEAT=${BENCH_REPEAT:-1}
+REPEAT=${BENCH_REPEAT:-2}
 NO_INSTALL=${BENCH_NO_INSTALL:-0}
 DEB_PY=/usr/bin/python3
 OPENBLAS_DIR=/usr/lib/x86_64-linux-gnu/openblas-openmp
@@ -77,9 +78,11 @@ install_pypi_torch() {
     # first (it runs on the CPU when the CUDA libraries it links resolve, e.g. from a CUDA
     # toolkit of the same major version); otherwise install it whole.
     say "   PyPI: torch --no-deps plus its pure-Python dependencies"
-    "${pip[@]}" --no-deps torch &&
-        "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec mpmath MarkupSafe setuptools ||
-        { warn "pip install failed"; return 1; }
+    if ! "${pip[@]}" --no-deps torch ||
+        ! "${pip[@]}" filelock typing-extensions sympy networkx jinja2 fsspec mpmath MarkupSafe setuptools; then
+        warn "pip install failed"
+        return 1
+    fi
     if torch_ok "$VENV/bin/python"; then
         say "   import torch works without the nvidia-* wheels"
         return 0
@@ -165,7 +168,8 @@ galley_once() {
     shift 4
     local out
     # shellcheck disable=SC2046
-    out=$("$@" /usr/bin/time -f 'TIME %e %U %S' "$GALLEY" train $(model_args "$model") \
+    # From the scratch folder, so that the run directory galley may write goes away with it.
+    out=$(cd "$WORK" && "$@" /usr/bin/time -f 'TIME %e %U %S %M' "$GALLEY" train $(model_args "$model") \
         train.steps="$steps" train.eval_every="$steps" 'train.target={metric: none}' \
         train.threads="$t" 2>&1)
     local done_line time_line
@@ -179,7 +183,8 @@ galley_once() {
     fi
     local sps rss util
     sps=$(sed -E 's/.*training ([0-9.]+) samples\/s.*/\1/' <<<"$done_line")
-    rss=$(sed -nE 's/.*peak memory ([0-9.]+) MiB.*/\1/p' <<<"$done_line")
+    # peak RSS as /usr/bin/time reads it (getrusage ru_maxrss, KiB), the same measure as torch's
+    rss=$(awk '{ printf "%.1f", $5 / 1024 }' <<<"$time_line")
     util=$(awk -v t="$t" '{ if ($2 > 0) printf "%.3f", ($3 + $4) / ($2 * t); else print 0 }' <<<"$time_line")
     echo "$sps ${rss:-0} ${util:-0}"
 }
@@ -189,7 +194,10 @@ torch_once() {
     local py=$1 model=$2 t=$3
     shift 3
     local out
-    out=$("$@" "$py" -W ignore "$HERE/torch_bench.py" "$model" --threads "$t" --seconds "$SECS" \
+    # torch.set_num_threads covers PyTorch's own OpenMP and MKL threads, but not the threads of
+    # an OpenBLAS that Debian's build calls for GEMM (pthread OpenBLAS by default): pin them too.
+    out=$("$@" env OMP_NUM_THREADS="$t" MKL_NUM_THREADS="$t" OPENBLAS_NUM_THREADS="$t" \
+        "$py" -W ignore "$HERE/torch_bench.py" "$model" --threads "$t" --seconds "$SECS" \
         --warmup "$(model_warmup "$model")" 2>&1)
     local json
     json=$(grep '^{' <<<"$out" | tail -1)
@@ -209,17 +217,19 @@ run_pass() {
     say ""
     say "== pass '$pass' (load average $(loadavg))"
     "$@" "$WORK/sgemm_peak" | tee "$WORK/sgemm.$pass"
-    echo "$(loadavg)" >"$WORK/load_start.$pass"
-    local m t r b res steps
-    for m in $MODELS; do
-        b=$(model_batch "$m")
-        for t in $THREADS; do
-            for ((r = 0; r < REPEAT; r++)); do
+    loadavg >"$WORK/load_start.$pass"
+    local m t r b res steps l
+    # Repeats go round all models, so that a burst of load from elsewhere hits one run of each
+    # rather than every run of one.
+    for ((r = 0; r < REPEAT; r++)); do
+        for m in $MODELS; do
+            b=$(model_batch "$m")
+            for t in $THREADS; do
                 # galley: a short calibration run sizes the timed run
                 res=$(galley_once "$pass" "$m" "$t" "$(model_cal_steps "$m")" "$@")
                 steps=$(awk -v z="${res%% *}" -v b="$b" -v s="$SECS" \
                     'BEGIN { n = (z > 0) ? int(s * z / b + 0.999) : 10; if (n < 10) n = 10; print n }')
-                local l=$(load1)
+                l=$(load1)
                 res=$(galley_once "$pass" "$m" "$t" "$steps" "$@")
                 printf '%s\tgalley\t%s\t%s\t%s\t%s\t%s\n' "$pass" "$m" "$t" "${res// /$'\t'}" "$steps" "$l" >>"$RAW"
                 say "   galley       $m threads $t: $res (samples/s, peak RSS MiB, cpu util) $steps steps, load $l"
@@ -238,7 +248,7 @@ run_pass() {
             done
         done
     done
-    echo "$(loadavg)" >"$WORK/load_end.$pass"
+    loadavg >"$WORK/load_end.$pass"
 }
 
 ENV_DESC="OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)}"
@@ -252,11 +262,13 @@ run_pass unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 
 # --- 5. the table ----------------------------------------------------------------------------
 T_END=$(date +%s)
-export WORK RAW RESULTS V_PYPI V_DEB ENV_DESC MODELS THREADS SECS REPEAT
-export GALLEY_VERSION=$("$GALLEY" --version 2>&1 | head -1)
-export CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
-export RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC') RUN_MIN=$(((T_END - T_START + 30) / 60))
-export MFLOPS_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "${MFLOPS[$m]}"; done)
+GALLEY_VERSION=$("$GALLEY" --version 2>&1 | head -1)
+CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+RUN_MIN=$(((T_END - T_START + 30) / 60))
+MFLOPS_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "${MFLOPS[$m]}"; done)
+export WORK RAW RESULTS V_PYPI V_DEB ENV_DESC MODELS THREADS SECS REPEAT GALLEY_VERSION CPU_DESC RUN_DATE \
+    RUN_MIN MFLOPS_DESC
 "$DEB_PY" - <<'EOF'
 import os
 
@@ -322,6 +334,13 @@ out.append("Each number is training samples/s (higher is better), the best over 
            "% of sgemm peak = samples/s x 3 x forward FLOPs per sample "
            f"({', '.join(f'{m} {float(mflops[m]):g} MFLOPs' for m in models)}) / "
            f"{peak_all:.1f} GFLOP/s, the best all-thread sgemm measured below.")
+out.append("")
+out.append("Reading the numbers: every process on the machine shares its cores, so the load average "
+           "(given for each pass and each run) says how far to trust a number. A run whose threads do "
+           "not all get a core shows a cpu util well below 1 in the last table; PyTorch's OpenMP "
+           "threads then wait at every parallel region for the one that lost its core, and a 2-thread "
+           "run can fall to a fraction of the 1-thread one. The best over thread counts and repeats "
+           "is what the tables show.")
 for p, desc in passes:
     core, pk = sg[p]
     ls = open(os.path.join(W["WORK"], "load_start." + p)).read().strip()

@@ -1,20 +1,25 @@
 // cpu_conv.c: convolution and transposed convolution as im2col (vol2col) + OpenBLAS sgemm.
 //
-// Everything is 3D: a 2D map is D = OD = 1 with a kernel of depth 1. Samples go through in
-// chunks of cs: the chunk's columns [C*KD*KH*KW, cs*P] (P output positions per sample) and its
-// output in GEMM order [F, cs*P] live in the layer's scratch, so one sgemm per group covers the
-// whole chunk; the output is then copied to (N, F, P) order. A chunk of one sample writes
-// straight into the tensors. A 1x1x1 kernel with stride 1, no padding and equal sizes needs no
-// columns at all: the input is its own column matrix. Backward recomputes the columns.
+// Everything is 3D: a 2D map is D = OD = 1 with a kernel of depth 1. The convolution runs one
+// sample at a time: its columns [C*KD*KH*KW, P] (P output positions) go to a slot of the layer's
+// scratch and its GEMM writes straight into y, with no reordering. With at least as many
+// samples (and scratch slots) as threads, samples run in parallel, each GEMM serial (OpenBLAS
+// runs serially inside an OpenMP region); otherwise samples go one after another and each GEMM
+// uses OpenBLAS's threads. dW sums over samples, in order, in fixed blocks of rows. A 1x1x1
+// kernel with stride 1, no padding and equal sizes needs no columns at all: the input is its
+// own column matrix. Backward recomputes the columns.
 //
-// A transposed convolution is the input gradient of the convolution that maps its output
+// The transposed convolution still goes through in chunks of cs samples: the chunk's columns
+// [C*KD*KH*KW, cs*P] and its data in GEMM order [F, cs*P] live in scratch, one sgemm per group
+// covering the whole chunk. It is the input gradient of the convolution that maps its output
 // shape back to its input shape (weight [C_in, C_out/G, k...] is that convolution's
 // [F, C/G, k...]), so its forward is conv's dx and its backward is conv's forward and dW.
 //
-// Threads: sgemm runs its own (OpenBLAS) threads and is never called inside an OpenMP region;
-// im2col, col2im and the copies are OpenMP loops in which every output element is written by
-// one thread in a fixed order, so results do not depend on the thread count.
+// Threads: results do not depend on the thread count. Every GEMM is cut into the same K blocks
+// (GEMM_K_BLOCK) whichever thread runs it, and whether OpenBLAS threads it or not; im2col,
+// col2im and the copies write every output element from one thread in a fixed order.
 #include <cblas.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -123,32 +128,82 @@ static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
                 }
 }
 
-// col is [C*KD*KH*KW, cs*OD*OH*OW] (as im2col), x is (cs,C,D,H,W): x += col folded back, each
-// input element summing its taps in (kz,ky,kx) order. One input row per iteration, so no two
-// threads touch the same element.
-static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x) {
+// x's row (s, ch, iz, iy) += its taps' entries of col [C*KD*KH*KW, cs*OD*OH*OW] (as im2col),
+// summed in (kz,ky,kx) order.
+static inline void col2im_row(const cv_geom *g, int64_t cs, int64_t s, int64_t ch, int64_t iz, int64_t iy,
+                              const float *col, float *x) {
     const int64_t P = g->out_pos, OD = g->out[0], OH = g->out[1], OW = g->out[2];
-    const int64_t D = g->in[0], H = g->in[1], W = g->in[2];
+    const int64_t H = g->in[1], W = g->in[2];
+    float *row = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
+    for (int64_t kz = 0; kz < g->k[0]; kz++) {
+        int64_t nz = iz + g->p[0] - kz * g->d[0];  // = oz * stride
+        if (nz < 0 || nz % g->s[0] || nz / g->s[0] >= OD) continue;
+        for (int64_t ky = 0; ky < g->k[1]; ky++) {
+            int64_t ny = iy + g->p[1] - ky * g->d[1];
+            if (ny < 0 || ny % g->s[1] || ny / g->s[1] >= OH) continue;
+            int64_t o = (nz / g->s[0] * OH + ny / g->s[1]) * OW;
+            for (int64_t kx = 0; kx < g->k[2]; kx++) {
+                int64_t r = ch * g->taps + (kz * g->k[1] + ky) * g->k[2] + kx;
+                const float *src = col + (r * cs + s) * P + o;
+                int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
+                valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+                if (g->s[2] == 1) {
+                    float *rw = row + off;
+#pragma omp simd
+                    for (int64_t ox = lo; ox < hi; ox++) rw[ox] += src[ox];
+                } else {
+                    for (int64_t ox = lo; ox < hi; ox++) row[ox * g->s[2] + off] += src[ox];
+                }
+            }
+        }
+    }
+}
+
+// col is [C*KD*KH*KW, cs*OD*OH*OW] (as im2col), x is (cs,C,D,H,W): x += col folded back. One
+// input row per iteration, so no two threads touch the same element.
+static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x) {
 #pragma omp parallel for collapse(4) schedule(static)
     for (int64_t s = 0; s < cs; s++)
         for (int64_t ch = 0; ch < g->c; ch++)
-            for (int64_t iz = 0; iz < D; iz++)
-                for (int64_t iy = 0; iy < H; iy++) {
-                    float *row = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
-                    for (int64_t kz = 0; kz < g->k[0]; kz++) {
-                        int64_t nz = iz + g->p[0] - kz * g->d[0];  // = oz * stride
-                        if (nz < 0 || nz % g->s[0] || nz / g->s[0] >= OD) continue;
-                        for (int64_t ky = 0; ky < g->k[1]; ky++) {
-                            int64_t ny = iy + g->p[1] - ky * g->d[1];
-                            if (ny < 0 || ny % g->s[1] || ny / g->s[1] >= OH) continue;
-                            int64_t o = (nz / g->s[0] * OH + ny / g->s[1]) * OW;
-                            for (int64_t kx = 0; kx < g->k[2]; kx++) {
-                                int64_t r = ch * g->taps + (kz * g->k[1] + ky) * g->k[2] + kx;
-                                const float *src = col + (r * cs + s) * P + o;
-                                int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
-                                valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
-                                for (int64_t ox = lo; ox < hi; ox++) row[ox * g->s[2] + off] += src[ox];
+            for (int64_t iz = 0; iz < g->in[0]; iz++)
+                for (int64_t iy = 0; iy < g->in[1]; iy++) col2im_row(g, cs, s, ch, iz, iy, col, x);
+}
+
+// One sample: col [C*KD*KH*KW, OD*OH*OW], x (C,D,H,W) += col folded back; serial.
+static void col2im_one(const cv_geom *g, const float *col, float *x) {
+    for (int64_t ch = 0; ch < g->c; ch++)
+        for (int64_t iz = 0; iz < g->in[0]; iz++)
+            for (int64_t iy = 0; iy < g->in[1]; iy++) col2im_row(g, 1, 0, ch, iz, iy, col, x);
+}
+
+// One sample's columns, serially: x is (C,D,H,W), col [C*KD*KH*KW, OD*OH*OW] as im2col's.
+static void im2col_one(const cv_geom *g, const float *x, float *col) {
+    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2], D = g->in[0], H = g->in[1], W = g->in[2];
+    float *dst = col;
+    for (int64_t ch = 0; ch < g->c; ch++)
+        for (int64_t kz = 0; kz < g->k[0]; kz++)
+            for (int64_t ky = 0; ky < g->k[1]; ky++)
+                for (int64_t kx = 0; kx < g->k[2]; kx++, dst += g->out_pos) {
+                    int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
+                    valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+                    for (int64_t oz = 0; oz < OD; oz++) {
+                        int64_t iz = oz * g->s[0] - g->p[0] + kz * g->d[0];
+                        for (int64_t oy = 0; oy < OH; oy++) {
+                            float *d = dst + (oz * OH + oy) * OW;
+                            int64_t iy = oy * g->s[1] - g->p[1] + ky * g->d[1];
+                            if (iz < 0 || iz >= D || iy < 0 || iy >= H) {
+                                for (int64_t ox = 0; ox < OW; ox++) d[ox] = 0.0f;
+                                continue;
                             }
+                            const float *src = x + ch * g->in_pos + (iz * H + iy) * W + off;
+                            for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0.0f;
+                            if (g->s[2] == 1) {
+#pragma omp simd
+                                for (int64_t ox = lo; ox < hi; ox++) d[ox] = src[ox];
+                            } else {
+                                for (int64_t ox = lo; ox < hi; ox++) d[ox] = src[ox * g->s[2]];
+                            }
+                            for (int64_t ox = hi; ox < OW; ox++) d[ox] = 0.0f;
                         }
                     }
                 }
@@ -179,7 +234,7 @@ static void from_gemm_order(int64_t cs, int64_t ch, int64_t P, const float *src,
 
 // y is (cs,CH,P), b is (CH): y += b
 static void add_bias(int64_t cs, int64_t ch, int64_t P, const float *b, float *y) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (cs > 1)
     for (int64_t s = 0; s < cs; s++)
         for (int64_t c = 0; c < ch; c++) {
             float *row = y + (s * ch + c) * P;
@@ -194,6 +249,7 @@ static void bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *
         double sum = 0.0;
         for (int64_t s = 0; s < n; s++) {
             const float *row = dy + (s * ch + c) * P;
+#pragma omp simd reduction(+ : sum)
             for (int64_t i = 0; i < P; i++) sum += row[i];
         }
         db[c] = (float)sum;
@@ -229,53 +285,110 @@ static void gemm_dw(const cv_geom *g, int64_t ld, const float *dy, const float *
              dw + gr * g->fg * g->kg, g->kg);
 }
 
-// The convolution's forward: x is (N,C,D,H,W), w is (F,C/G,KD,KH,KW), b is (F) or NULL,
-// y is (N,F,OD,OH,OW) (overwritten)
+// Per-sample slots of one sample's columns [C*taps, P] in scratch (none needed when direct).
+static int64_t sample_slots(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+    if (g->direct) return n;
+    int64_t per = g->c * g->taps * g->out_pos;
+    GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
+    int64_t slots = scratch_floats / per;
+    if (chunk_cap > 0 && slots > chunk_cap) slots = chunk_cap;
+    return slots < n ? slots : n;
+}
+
+// Threads for a loop over `items` independent items: no more than there are.
+static int loop_threads(int64_t items) {
+    int t = omp_get_max_threads();
+    return items < t ? (int)(items > 1 ? items : 1) : t;
+}
+
+// Whether a loop over `items` samples gives every thread one (their GEMMs then run serially in
+// the threads); else the loop is serial and each sample's GEMM, im2col and col2im use the
+// threads. Either way the same K-blocked GEMM calls run, so the bits are the same.
+static bool per_sample_threads(int64_t items) { return items >= omp_get_max_threads(); }
+
+// One sample's columns: serially inside a per-sample loop, else with the threads.
+static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float *col) {
+    if (in_loop)
+        im2col_one(g, x, col);
+    else
+        im2col(g, 1, x, col);
+}
+
+// Rows of dW one task computes in the backward pass: a fixed split (not one per thread), so the
+// GEMM calls, and the sums, are the same at any thread count.
+#define DW_ROW_BLOCK 64
+
+// The convolution's forward, one sample at a time: x is (N,C,D,H,W), w is (F,C/G,KD,KH,KW), b is
+// (F) or NULL, y is (N,F,OD,OH,OW) (overwritten). Each sample's columns stay in cache and its
+// GEMM writes straight into y; samples run in parallel, each GEMM single-threaded (OpenBLAS
+// runs serially inside an OpenMP region), so both cores work even on small maps.
 static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats) {
     if (n <= 0) return;
-    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
-    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
-    for (int64_t s0 = 0; s0 < n; s0 += cs) {
-        int64_t m = n - s0 < cs ? n - s0 : cs, ld;
-        const float *cols = columns(g, m, x + s0 * g->c * g->in_pos, col, &ld);
-        float *ys = y + s0 * g->f * P;
-        if (m == 1) {
-            gemm_wx(g, ld, w, cols, 0.0f, ys);
-            if (b) add_bias(1, g->f, P, b, ys);
-        } else {
-            gemm_wx(g, ld, w, cols, 0.0f, tmp);
-            from_gemm_order(m, g->f, P, tmp, b, false, ys);
+    const int64_t P = g->out_pos, slot = g->c * g->taps * P;
+    int64_t slots = sample_slots(g, n, scratch_floats);
+    const bool par = per_sample_threads(slots);
+#pragma omp parallel for schedule(static) num_threads(loop_threads(slots)) if (par)
+    for (int64_t s = 0; s < n; s++) {
+        const float *xs = x + s * g->c * g->in_pos, *cols = xs;
+        if (!g->direct) {
+            float *col = scratch + omp_get_thread_num() * slot;
+            im2col_sample(g, par, xs, col);
+            cols = col;
         }
+        float *ys = y + s * g->f * P;
+        gemm_wx(g, P, w, cols, 0.0f, ys);
+        if (b) add_bias(1, g->f, P, b, ys);
     }
 }
 
 // The convolution's gradients: x is (N,C,D,H,W), dy is (N,F,OD,OH,OW); dw (F,C/G,KD,KH,KW) and
-// db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped)
+// db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped). Per chunk of
+// samples: their columns (in parallel), dW += dy . cols^T in fixed blocks of rows, each summing
+// the samples in order, then each sample's dx (in parallel).
 static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                      float *db, float *dx, float *scratch, int64_t scratch_floats) {
     memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
     if (db) bias_grad(n, g->f, g->out_pos, dy, db);
     if (n <= 0) return;
-    int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
-    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    const int64_t P = g->out_pos, slot = g->c * g->taps * P, in_size = g->c * g->in_pos;
+    const int64_t cs = sample_slots(g, n, scratch_floats);
+    const int64_t fblocks = (g->fg + DW_ROW_BLOCK - 1) / DW_ROW_BLOCK, tasks = g->groups * fblocks;
     for (int64_t s0 = 0; s0 < n; s0 += cs) {
-        int64_t m = n - s0 < cs ? n - s0 : cs, ld;
-        const float *cols = columns(g, m, x + s0 * g->c * g->in_pos, col, &ld);
-        const float *dys = dy + s0 * g->f * P;
-        if (m > 1) {
-            to_gemm_order(m, g->f, P, dys, tmp);
-            dys = tmp;
+        const int64_t m = n - s0 < cs ? n - s0 : cs;
+        // cols(i): sample s0 + i's columns
+#define COLS(i) (g->direct ? x + (s0 + (i)) * in_size : scratch + (i) * slot)
+        if (!g->direct) {
+            const bool par = per_sample_threads(m);
+#pragma omp parallel for schedule(static) num_threads(loop_threads(m)) if (par)
+            for (int64_t i = 0; i < m; i++) im2col_sample(g, par, x + (s0 + i) * in_size, scratch + i * slot);
         }
-        gemm_dw(g, ld, dys, cols, dw);
+#pragma omp parallel for schedule(static) num_threads(loop_threads(tasks))
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t gr = t / fblocks, f0 = t % fblocks * DW_ROW_BLOCK;
+            int64_t rows = g->fg - f0 < DW_ROW_BLOCK ? g->fg - f0 : DW_ROW_BLOCK;
+            for (int64_t i = 0; i < m; i++)
+                gemm(false, true, rows, g->kg, P, dy + ((s0 + i) * g->f + gr * g->fg + f0) * P, P,
+                     COLS(i) + gr * g->kg * P, P, 1.0f, dw + (gr * g->fg + f0) * g->kg, g->kg);
+        }
         if (!dx) continue;
-        float *dxs = dx + s0 * g->c * g->in_pos;
-        if (g->direct) {
-            gemm_wtdy(g, ld, w, dys, 1.0f, dxs);  // the columns are dx itself
-        } else {
-            gemm_wtdy(g, ld, w, dys, 0.0f, col);  // the columns are no longer needed
-            col2im_add(g, m, col, dxs);
+        const bool par = per_sample_threads(m);
+#pragma omp parallel for schedule(static) num_threads(loop_threads(m)) if (par)
+        for (int64_t i = 0; i < m; i++) {
+            const float *dys = dy + (s0 + i) * g->f * P;
+            float *dxs = dx + (s0 + i) * in_size;
+            if (g->direct) {
+                gemm_wtdy(g, P, w, dys, 1.0f, dxs);  // the columns are dx itself
+            } else {
+                float *col = scratch + i * slot;  // its columns are no longer needed
+                gemm_wtdy(g, P, w, dys, 0.0f, col);
+                if (par)
+                    col2im_one(g, col, dxs);
+                else
+                    col2im_add(g, 1, col, dxs);
+            }
         }
+#undef COLS
     }
 }
 

@@ -2,6 +2,7 @@
 // a map as [D, H, W] (2D: D = 1) and runs one (sample, channel) plane per OpenMP iteration, so
 // each output and input-gradient element is written by one thread in a fixed order.
 #include <math.h>
+#include <stdbool.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
@@ -11,9 +12,74 @@ static inline void window_clip(int64_t start, int k, int64_t size, int64_t *lo, 
     *hi = start + k > size ? size - start : k;
 }
 
+// The common "kernel 2" pool: a 2x2 (2D, k[0] = 1) or 2x2x2 window at stride 2 without
+// padding, every window inside the input. Same scan order and tie/NaN rule as the general loop.
+static bool max_pool_is_k2(const int64_t in[3], const int64_t out[3], const int k[3], const int s[3],
+                           const int p[3]) {
+    bool ok = (k[0] == 1 || k[0] == 2) && k[0] == s[0] && out[0] * k[0] <= in[0];
+    for (int i = 1; i < 3; i++) ok = ok && k[i] == 2 && s[i] == 2 && out[i] * 2 <= in[i];
+    return ok && !p[0] && !p[1] && !p[2];
+}
+
+// One tap of a window: it wins if strictly greater than the best so far, or NaN. Branch-free,
+// so the loops below vectorise.
+#define MAX_POOL_TAP(v, idx)                  \
+    do {                                      \
+        float v_ = (v);                       \
+        int win_ = v_ > best || v_ != v_;     \
+        best = win_ ? v_ : best;              \
+        bi = win_ ? (idx) : bi;               \
+    } while (0)
+
+static void max_pool_k2(int64_t planes, const int64_t in[3], const int64_t out[3], int kd, const float *x,
+                        float *y, int32_t *argmax) {
+    const int64_t H = in[1], W = in[2], ip = in[0] * H * W, op = out[0] * out[1] * out[2];
+    const int32_t w1 = (int32_t)W, hw = (int32_t)(H * W);
+#pragma omp parallel for schedule(static) if (planes * op * 4 * kd >= CPU_PAR_MIN_WORK)
+    for (int64_t q = 0; q < planes; q++) {
+        for (int64_t od = 0; od < out[0]; od++)
+            for (int64_t oh = 0; oh < out[1]; oh++) {
+                int64_t o = q * op + (od * out[1] + oh) * out[2];
+                int32_t i0 = (int32_t)((od * kd * H + oh * 2) * W);
+                const float *r0 = x + q * ip + i0, *r1 = r0 + W, *r2 = r0 + H * W, *r3 = r2 + W;
+                float *yr = y + o;
+                int32_t *ar = argmax + o;
+                if (kd == 1) {
+#pragma omp simd
+                    for (int32_t ow = 0; ow < (int32_t)out[2]; ow++) {
+                        float best = r0[2 * ow];
+                        int32_t bi = i0 + 2 * ow;
+                        MAX_POOL_TAP(r0[2 * ow + 1], i0 + 2 * ow + 1);
+                        MAX_POOL_TAP(r1[2 * ow], i0 + w1 + 2 * ow);
+                        MAX_POOL_TAP(r1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
+                        yr[ow] = best, ar[ow] = bi;
+                    }
+                } else {
+#pragma omp simd
+                    for (int32_t ow = 0; ow < (int32_t)out[2]; ow++) {
+                        float best = r0[2 * ow];
+                        int32_t bi = i0 + 2 * ow;
+                        MAX_POOL_TAP(r0[2 * ow + 1], i0 + 2 * ow + 1);
+                        MAX_POOL_TAP(r1[2 * ow], i0 + w1 + 2 * ow);
+                        MAX_POOL_TAP(r1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
+                        MAX_POOL_TAP(r2[2 * ow], i0 + hw + 2 * ow);
+                        MAX_POOL_TAP(r2[2 * ow + 1], i0 + hw + 2 * ow + 1);
+                        MAX_POOL_TAP(r3[2 * ow], i0 + hw + w1 + 2 * ow);
+                        MAX_POOL_TAP(r3[2 * ow + 1], i0 + hw + w1 + 2 * ow + 1);
+                        yr[ow] = best, ar[ow] = bi;
+                    }
+                }
+            }
+    }
+}
+
 // x is (N,C,D,H,W), y and argmax are (N,C,OD,OH,OW); in = {D,H,W}, out = {OD,OH,OW}
 void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax) {
+    if (max_pool_is_k2(in, out, k, s, p)) {
+        max_pool_k2(n * c, in, out, k[0], x, y, argmax);
+        return;
+    }
     const int64_t ip = in[0] * in[1] * in[2], op = out[0] * out[1] * out[2];
 #pragma omp parallel for schedule(static) if (n * c * op * k[0] * k[1] * k[2] >= CPU_PAR_MIN_WORK)
     for (int64_t q = 0; q < n * c; q++) {

@@ -1,0 +1,96 @@
+// loader.h: the data pipeline. A loader serves one split of a recipe's data set (synthetic, in
+// memory, or HDF5 files) as a stream of batches, prepared ahead by reader threads.
+//
+// Order. Epoch e (from 1) visits the training samples in the permutation epoch_order(seed, e)
+// (Fisher-Yates keyed by (seed, RNG_SHUFFLE, e), the order train.c has always used); global
+// batch b is positions [b B, b B + B) of it. The validation split is visited in file order.
+// Sharding. Rank r of w takes positions [floor(L r / w), floor(L (r + 1) / w)) of each global
+// batch of length L, so the union over ranks is the global batch, in order, for any w: results
+// do not depend on how many ranks ran them. Local batches differ by at most one sample.
+// Last batch. data.loader.drop_last drops an epoch's partial last batch (training only);
+// otherwise it is kept, smaller. Validation always covers every sample once.
+// Content. A sample's bytes depend only on (seed, epoch, sample): reading, transform, crop and
+// augmentation happen on reader threads, and any number of them gives the same batches.
+//
+// Use:
+//   loader_params p; loader_default_params(&p);  p.split = SPLIT_TRAIN; p.rank = .., p.world = ..
+//   size_t bytes = loader_plan_bytes(r, &p);          // count it in the run's memory plan
+//   gl_loader *L; if (loader_open(&L, r, &p, stderr)) return GL_EXIT_USAGE;   // bad data: exit 2
+//   gl_batch b;
+//   while (training) {
+//       if (loader_next(L, &b, stderr)) return GL_EXIT_RUNTIME;   // a read failed mid-run
+//       ... use b.x [b.n, size], b.labels or b.values [b.n, tsize] ...
+//       loader_release(L, &b);
+//   }
+//   loader_free(L);
+#ifndef GALLEY_LOADER_H
+#define GALLEY_LOADER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "galley/data.h"
+#include "galley/recipe.h"
+
+// ---- order and sharding (pure functions) ------------------------------------------------------
+
+// perm[0..n) = the global order of epoch (from 1).
+void loader_epoch_order(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch);
+// Global batches per epoch for n samples.
+int64_t loader_batches(int64_t n, int64_t batch, bool drop_last);
+// Rank's part of a global batch of len samples: positions [*lo, *lo + *count) within it.
+void loader_shard(int64_t len, int rank, int world, int64_t *lo, int64_t *count);
+
+// ---- the loader -------------------------------------------------------------------------------
+
+typedef struct {
+    int split;          // SPLIT_TRAIN (shuffled, augmented) or SPLIT_VAL (in order, plain)
+    int rank, world;    // this process among world (1 rank: 0, 1)
+    int64_t batch;      // global batch; 0: train.batch_size (capped to the split's samples)
+    int threads;        // reader threads; 0: data.loader.threads
+    int prefetch;       // batch slots; 0: data.loader.prefetch
+    int64_t epochs;     // epochs the run will take (staging copies what they read); 0: train.epochs
+} loader_params;
+
+void loader_default_params(loader_params *p);
+
+typedef struct {
+    int64_t n;          // samples in this rank's part of the batch (may be 0 with many ranks)
+    int64_t global_n;   // samples in the global batch
+    int64_t epoch;      // from 1 (validation: passes from 1)
+    int64_t index;      // batch index within the epoch
+    bool last;          // the epoch's last batch
+    float *x;           // [n, size]
+    int32_t *labels;    // CLASS, MASK: [n, tsize]; else NULL
+    float *values;      // VALUES: [n, tsize]; else NULL
+    const int64_t *samples;  // [n] the split's sample indices
+    double wait_s;      // time loader_next waited for this batch
+    int slot;
+} gl_batch;
+
+typedef struct gl_loader gl_loader;
+
+// Bytes the loader allocates (batch slots, cache, in-memory data set, reader scratch), so a run
+// can refuse plans that do not fit before starting. Opens no file for synthetic data; for HDF5
+// it reads the files' metadata (0 if that fails: loader_open then reports why).
+size_t loader_plan_bytes(const recipe_t *r, const loader_params *p);
+// Checks and opens the split (HDF5: files, datasets, shapes, dtypes, statistics), stages files,
+// allocates everything and starts the reader threads. Returns 0, or GL_EXIT_USAGE with the
+// reason printed to err.
+int loader_open(gl_loader **L, const recipe_t *r, const loader_params *p, FILE *err);
+// Per-sample shapes as batches hold them (n: the split's samples).
+const gl_dataset *loader_shape(const gl_loader *L);
+int64_t loader_batches_per_epoch(const gl_loader *L);
+int64_t loader_batch_capacity(const gl_loader *L);  // the largest local batch
+// Waits for the next batch. 0, or -1 after printing the reader's error (file, dataset, sample).
+int loader_next(gl_loader *L, gl_batch *b, FILE *err);
+// Gives the batch's slot back to the readers; b's pointers are invalid afterwards.
+void loader_release(gl_loader *L, gl_batch *b);
+// Total seconds loader_next has waited, and batches served.
+double loader_wait_total(const gl_loader *L);
+// Where staged files went (NULL: not staged).
+const char *loader_stage_dir(const gl_loader *L);
+void loader_free(gl_loader *L);
+
+#endif

@@ -1,0 +1,673 @@
+// h5_reader.c: one split of a recipe's HDF5 data set, read sample by sample.
+//
+// Opening checks everything that can be checked without reading the data (files exist and are
+// HDF5, datasets exist, ranks, dtypes, shapes agree across files, statistics are complete), so a
+// bad data set is a usage error (exit 2) before training starts. Reading a sample converts any
+// integer or float dtype to float32 in HDF5 itself, reads crops as hyperslabs, turns channels-last
+// into channels-first, checks values (finite inputs, labels in range) and applies log1p and the
+// per-channel normalisation, in that order. Targets are never transformed.
+//
+// Per-sample ranks of x (after the sample axis, if any): 1 = feature vector [F]; 2 = one-channel
+// image [H, W]; 3 = [C, H, W] or [H, W, C]; 4 = [C, D, H, W] or [D, H, W, C] (data.layout).
+#include <errno.h>
+#include <glob.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "data/h5_internal.h"
+#include "galley/check.h"
+#include "galley/h5data.h"
+
+typedef struct {
+    char *path;
+    int64_t n, first;  // samples in the file, index of its first sample in the split
+} h5file;
+
+struct h5src {
+    const char *xname, *yname;
+    int per_file, layout, target, transform, normalize;
+    int64_t classes, crop;
+    h5file *files;
+    int nfiles;
+    int64_t n;
+    int xrank;            // per-sample rank of x on disk
+    hsize_t xdims[4];     // per-sample dims of x on disk
+    int sd;               // spatial axes (0: feature vectors)
+    int64_t c, sp[3];     // channels, spatial extents (full)
+    int yrank;
+    hsize_t ydims[4];     // per-sample dims of y on disk
+    int yfield;           // values with x's spatial shape and layout: cropped and augmented like x
+    int64_t yc;           // field target channels
+    gl_shape xfull, tfull;
+    double *shift, *scale;  // per channel: x' = (t(x) - shift) * scale
+};
+
+struct h5cursor {
+    int file;
+    hid_t f, dx, dy;
+    float *scratch;  // one full sample (x or field target), for channels-last reads
+    int32_t *iscratch;
+};
+
+// ---- file lists ------------------------------------------------------------------------------
+
+static int add_file(h5src *s, int *cap, const char *path) {
+    if (s->nfiles == *cap) {
+        *cap = *cap ? 2 * *cap : 16;
+        h5file *nf = realloc(s->files, (size_t)*cap * sizeof *nf);
+        GL_CHECK(nf, "out of memory listing files");
+        s->files = nf;
+    }
+    s->files[s->nfiles++] = (h5file){gl_xstrdup(path), 0, 0};
+    return 0;
+}
+
+static int has_glob(const char *p) { return strpbrk(p, "*?[") != NULL; }
+
+static int add_pattern(h5src *s, int *cap, const char *pat, const char *key, FILE *err) {
+    if (!has_glob(pat)) return add_file(s, cap, pat);
+    glob_t g;
+    int rc = glob(pat, 0, NULL, &g);
+    if (rc != 0) {
+        fprintf(err, "galley: error: %s: no file matches '%s'\n", key, pat);
+        if (rc != GLOB_NOMATCH) globfree(&g);
+        return -1;
+    }
+    for (size_t i = 0; i < g.gl_pathc; i++) add_file(s, cap, g.gl_pathv[i]);  // glob sorts them
+    globfree(&g);
+    return 0;
+}
+
+static char *trim(char *t) {
+    while (*t == ' ' || *t == '\t') t++;
+    size_t n = strlen(t);
+    while (n && (t[n - 1] == ' ' || t[n - 1] == '\t' || t[n - 1] == '\n' || t[n - 1] == '\r')) t[--n] = 0;
+    return t;
+}
+
+static int list_files(h5src *s, const char *spec, const char *key, FILE *err) {
+    int cap = 0;
+    char *buf = gl_xstrdup(spec), *save = NULL;
+    int rc = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+        tok = trim(tok);
+        if (!*tok) continue;
+        if (tok[0] != '@') {
+            rc = add_pattern(s, &cap, tok, key, err);
+            continue;
+        }
+        FILE *lf = fopen(tok + 1, "r");
+        if (!lf) {
+            fprintf(err, "galley: error: %s: cannot read the file list %s: %s\n", key, tok + 1, strerror(errno));
+            rc = -1;
+            break;
+        }
+        char line[4096];
+        while (!rc && fgets(line, sizeof line, lf)) {
+            char *l = trim(line);
+            if (*l && *l != '#') rc = add_pattern(s, &cap, l, key, err);
+        }
+        fclose(lf);
+    }
+    free(buf);
+    if (!rc && s->nfiles == 0) {
+        fprintf(err, "galley: error: %s names no files\n", key);
+        rc = -1;
+    }
+    return rc;
+}
+
+// ---- checks ------------------------------------------------------------------------------------
+
+static const char *class_word(H5T_class_t c) {
+    switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    default: return "unsupported";
+    }
+}
+
+static void type_word(hid_t t, char *buf, size_t len) {
+    H5T_class_t c = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    if (c == H5T_INTEGER)
+        snprintf(buf, len, "%sint%zu", H5Tget_sign(t) == H5T_SGN_NONE ? "u" : "", 8 * sz);
+    else if (c == H5T_FLOAT)
+        snprintf(buf, len, "float%zu", 8 * sz);
+    else
+        snprintf(buf, len, "%s", class_word(c));
+}
+
+// Names at the file's top level (for "no such dataset" errors).
+static herr_t name_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
+    (void)g, (void)info;
+    char *buf = op;
+    size_t n = strlen(buf);
+    if (n < 200) snprintf(buf + n, 256 - n, "%s%s", n ? ", " : "", name);
+    return 0;
+}
+
+static void shape_words(int rank, const hsize_t *d, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && k < len; i++) k += (size_t)snprintf(buf + k, len - k, i ? ", %llu" : "%llu", (unsigned long long)d[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static hid_t open_file(const char *path, FILE *err) {
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    if (f < 0 && err) {
+        if (access(path, R_OK) != 0)
+            fprintf(err, "galley: error: cannot open %s: %s\n", path, strerror(errno));
+        else
+            fprintf(err, "galley: error: %s is not a readable HDF5 file (truncated or corrupt?)\n", path);
+    }
+    return f;
+}
+
+// Opens dataset name of f and returns its dims (the whole dataset); checks the dtype.
+static hid_t open_dataset(hid_t f, const char *path, const char *name, const char *key, int *rank, hsize_t *dims,
+                          FILE *err) {
+    hid_t d = H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    if (d < 0) {
+        char names[256] = "";
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, name_cb, names);
+        fprintf(err, "galley: error: %s: no dataset '%s' (%s) in this file; its top level holds: %s\n", path, name,
+                key, names[0] ? names : "nothing");
+        return -1;
+    }
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    H5T_class_t c = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    int ok = (c == H5T_INTEGER && (sz == 1 || sz == 2 || sz == 4 || sz == 8)) ||
+             (c == H5T_FLOAT && (sz == 2 || sz == 4 || sz == 8));
+    *rank = H5Sget_simple_extent_ndims(sp);
+    if (*rank > 0 && *rank <= 6) H5Sget_simple_extent_dims(sp, dims, NULL);
+    H5Sclose(sp);
+    if (!ok || *rank < 0 || *rank > 6) {
+        char tw[32];
+        type_word(t, tw, sizeof tw);
+        fprintf(err, "galley: error: %s: dataset '%s' (%s) has dtype %s; expected integers (uint8, int16, ...) or "
+                     "floats (float16, float32, float64)\n", path, name, key, tw);
+        H5Tclose(t);
+        H5Dclose(d);
+        return -1;
+    }
+    H5Tclose(t);
+    return d;
+}
+
+static int same_dims(int r1, const hsize_t *a, int r2, const hsize_t *b) {
+    if (r1 != r2) return 0;
+    for (int i = 0; i < r1; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+// Interprets x's per-sample dims (first file) into channels and spatial axes.
+static int shape_x(h5src *s, const char *path, FILE *err) {
+    const hsize_t *d = s->xdims;
+    switch (s->xrank) {
+    case 1: s->sd = 0, s->c = (int64_t)d[0]; break;
+    case 2: s->sd = 2, s->c = 1, s->sp[0] = (int64_t)d[0], s->sp[1] = (int64_t)d[1]; break;
+    case 3:
+    case 4:
+        s->sd = s->xrank - 1;
+        s->c = (int64_t)(s->layout == DATA_LAYOUT_CHANNELS_FIRST ? d[0] : d[s->sd]);
+        for (int k = 0; k < s->sd; k++) s->sp[k] = (int64_t)d[k + (s->layout == DATA_LAYOUT_CHANNELS_FIRST)];
+        break;
+    default: {
+        char sh[96];
+        shape_words(s->xrank, d, sh, sizeof sh);
+        fprintf(err, "galley: error: %s: dataset '%s' has per-sample shape %s (rank %d); expected rank 1 (features), "
+                     "2 (H, W), 3 (C, H, W) or 4 (C, D, H, W)%s\n", path, s->xname, sh, s->xrank,
+                s->per_file ? "" : " after the sample axis");
+        return -1;
+    }
+    }
+    s->xfull.ndim = 1 + s->sd;
+    s->xfull.d[0] = s->c;
+    for (int k = 0; k < s->sd; k++) s->xfull.d[1 + k] = s->sp[k];
+    return 0;
+}
+
+static int shape_y(h5src *s, const char *path, FILE *err) {
+    char sh[96], want[96];
+    shape_words(s->yrank, s->ydims, sh, sizeof sh);
+    if (s->target == DATA_TARGET_CLASS) {
+        if (s->yrank == 0 || (s->yrank == 1 && s->ydims[0] == 1)) {
+            s->tfull = shape_1d(1);
+            return 0;
+        }
+        fprintf(err, "galley: error: %s: dataset '%s' has per-sample shape %s; class labels (data.target: class) "
+                     "need one integer per sample\n", path, s->yname, sh);
+        return -1;
+    }
+    if (s->target == DATA_TARGET_MASK) {
+        hsize_t sp[3];
+        for (int k = 0; k < s->sd; k++) sp[k] = (hsize_t)s->sp[k];
+        if (s->sd > 0 && same_dims(s->yrank, s->ydims, s->sd, sp)) {
+            s->tfull.ndim = s->sd;
+            for (int k = 0; k < s->sd; k++) s->tfull.d[k] = s->sp[k];
+            return 0;
+        }
+        shape_words(s->sd, sp, want, sizeof want);
+        fprintf(err, "galley: error: %s: dataset '%s' has per-sample shape %s; a mask (data.target: mask) needs x's "
+                     "spatial shape %s\n", path, s->yname, sh, want);
+        return -1;
+    }
+    // values: a field shaped like x (any channels), or a vector/array of numbers.
+    if (s->sd > 0 && s->yrank == s->xrank && s->xrank >= 3) {
+        int cf = s->layout == DATA_LAYOUT_CHANNELS_FIRST, match = 1;
+        for (int k = 0; k < s->sd; k++) match &= s->ydims[k + cf] == (hsize_t)s->sp[k];
+        if (match) {
+            s->yfield = 1;
+            s->yc = (int64_t)(cf ? s->ydims[0] : s->ydims[s->sd]);
+            s->tfull.ndim = 1 + s->sd;
+            s->tfull.d[0] = s->yc;
+            for (int k = 0; k < s->sd; k++) s->tfull.d[1 + k] = s->sp[k];
+            return 0;
+        }
+    }
+    if (s->yrank > GL_MAX_DIMS) {
+        fprintf(err, "galley: error: %s: dataset '%s' has per-sample shape %s: too many axes\n", path, s->yname, sh);
+        return -1;
+    }
+    if (s->yrank == 0) s->tfull = shape_1d(1);
+    s->tfull.ndim = s->yrank ? s->yrank : 1;
+    for (int k = 0; k < s->yrank; k++) s->tfull.d[k] = (int64_t)s->ydims[k];
+    if (s->crop > 0 && s->sd > 0 && s->yrank >= 2)
+        fprintf(err, "galley: warning: %s: '%s' is not shaped like x's samples, so data.crop leaves it whole\n", path,
+                s->yname);
+    return 0;
+}
+
+// Reads a per-channel statistic from the stats file: the first of names that exists.
+static int read_stat(hid_t f, const char *path, const char *const *names, int64_t c, double *out, FILE *err) {
+    for (int i = 0; names[i]; i++) {
+        if (H5Lexists(f, names[i], H5P_DEFAULT) <= 0) continue;
+        hid_t d = H5Dopen2(f, names[i], H5P_DEFAULT), sp = H5Dget_space(d);
+        hssize_t n = H5Sget_simple_extent_npoints(sp);
+        H5Sclose(sp);
+        if (n != c && n != 1) {
+            fprintf(err, "galley: error: %s: '%s' has %lld values; expected one per channel (%lld)\n", path, names[i],
+                    (long long)n, (long long)c);
+            H5Dclose(d);
+            return -1;
+        }
+        double *v = gl_xmalloc((size_t)n * sizeof(double));
+        herr_t rc = H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(d);
+        for (int64_t k = 0; k < c; k++) out[k] = v[n == 1 ? 0 : k];
+        free(v);
+        if (rc < 0) fprintf(err, "galley: error: %s: cannot read '%s'\n", path, names[i]);
+        return rc < 0 ? -1 : 0;
+    }
+    fprintf(err, "galley: error: %s: no dataset '%s' for the normalisation statistics\n", path, names[0]);
+    return -1;
+}
+
+static int from_recipe(const gl_floats *f, int64_t c, double *out, const char *key, FILE *err) {
+    if (f->n != 1 && f->n != c) {
+        fprintf(err, "galley: error: %s has %d values; give one, or one per channel (%lld)\n", key, f->n, (long long)c);
+        return -1;
+    }
+    for (int64_t k = 0; k < c; k++) out[k] = f->v[f->n == 1 ? 0 : k];
+    return 0;
+}
+
+static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
+    int64_t c = s->c;
+    s->shift = gl_xcalloc((size_t)c, sizeof(double));
+    s->scale = gl_xcalloc((size_t)c, sizeof(double));
+    for (int64_t k = 0; k < c; k++) s->scale[k] = 1.0;
+    if (s->normalize == DATA_NORM_NONE) return 0;
+    int std = s->normalize == DATA_NORM_STANDARD;
+    const gl_floats *a = std ? &r->data.mean : &r->data.min, *b = std ? &r->data.std : &r->data.max;
+    double *lo = gl_xcalloc((size_t)c, sizeof(double)), *hi = gl_xcalloc((size_t)c, sizeof(double));
+    int rc = 0;
+    if (a->n == 0 || b->n == 0) {
+        if (!r->data.stats) {
+            fprintf(err, "galley: error: data.normalize is %s but data.%s/%s are not given and data.stats names no "
+                         "file\n", std ? "standard" : "minmax", std ? "mean" : "min", std ? "std" : "max");
+            rc = -1;
+        } else {
+            hid_t f = open_file(r->data.stats, err);
+            if (f < 0) {
+                rc = -1;
+            } else {
+                static const char *const mean_n[] = {"mean", NULL}, *const std_n[] = {"std", NULL};
+                static const char *const min_n[] = {"min", "climate/minval", NULL};
+                static const char *const max_n[] = {"max", "climate/maxval", NULL};
+                if (a->n == 0) rc |= read_stat(f, r->data.stats, std ? mean_n : min_n, c, lo, err);
+                if (b->n == 0) rc |= read_stat(f, r->data.stats, std ? std_n : max_n, c, hi, err);
+                H5Fclose(f);
+            }
+        }
+    }
+    if (a->n) rc |= from_recipe(a, c, lo, std ? "data.mean" : "data.min", err);
+    if (b->n) rc |= from_recipe(b, c, hi, std ? "data.std" : "data.max", err);
+    for (int64_t k = 0; k < c && !rc; k++) {
+        double span = std ? hi[k] : hi[k] - lo[k];
+        if (!(span > 0) || !isfinite(span)) {
+            fprintf(err, "galley: error: channel %lld: %s; normalising would divide by %g\n", (long long)k,
+                    std ? "std is not positive" : "max is not above min", span);
+            rc = -1;
+        }
+        s->shift[k] = lo[k];
+        s->scale[k] = 1.0 / span;
+    }
+    free(lo);
+    free(hi);
+    return rc;
+}
+
+// ---- opening -----------------------------------------------------------------------------------
+
+int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
+    *out = NULL;
+    h5_setup(r->data.file_locking);
+    h5src *s = gl_xcalloc(1, sizeof *s);
+    const char *files = split == SPLIT_TRAIN ? r->data.train.files : r->data.val.files;
+    const char *key = split == SPLIT_TRAIN ? "data.train.files" : "data.val.files";
+    s->xname = split == SPLIT_TRAIN ? r->data.train.x : r->data.val.x;
+    s->yname = split == SPLIT_TRAIN ? r->data.train.y : r->data.val.y;
+    s->per_file = r->data.samples == DATA_SAMPLES_PER_FILE;
+    s->layout = r->data.layout;
+    s->target = r->data.target;
+    s->transform = r->data.transform;
+    s->normalize = r->data.normalize;
+    s->classes = r->data.target == DATA_TARGET_VALUES ? 0 : r->data.classes;
+    s->crop = r->data.crop;
+    if (!files || list_files(s, files, key, err) != 0) goto fail;
+
+    for (int i = 0; i < s->nfiles; i++) {
+        const char *path = s->files[i].path;
+        hid_t f = open_file(path, err);
+        if (f < 0) goto fail;
+        int xr, yr;
+        hsize_t xd[8], yd[8];
+        hid_t dx = open_dataset(f, path, s->xname, "the inputs, x", &xr, xd, err);
+        hid_t dy = dx < 0 ? -1 : open_dataset(f, path, s->yname, "the targets, y", &yr, yd, err);
+        if (dx >= 0) H5Dclose(dx);
+        if (dy >= 0) H5Dclose(dy);
+        H5Fclose(f);
+        if (dx < 0 || dy < 0) goto fail;
+        int64_t n = 1;
+        const hsize_t *xs = xd, *ys = yd;
+        if (!s->per_file) {
+            if (xr < 1 || yr < 1) {
+                fprintf(err, "galley: error: %s: '%s' has no sample axis (rank %d); with data.samples: stacked the first "
+                             "axis of x and y indexes samples (per_file: one sample per file)\n",
+                        path, xr < 1 ? s->xname : s->yname, xr < 1 ? xr : yr);
+                goto fail;
+            }
+            if (xd[0] != yd[0]) {
+                fprintf(err, "galley: error: %s: '%s' holds %llu samples but '%s' holds %llu\n", path, s->xname,
+                        (unsigned long long)xd[0], s->yname, (unsigned long long)yd[0]);
+                goto fail;
+            }
+            n = (int64_t)xd[0], xr--, yr--, xs++, ys++;
+        }
+        if (i == 0) {
+            s->xrank = xr, s->yrank = yr;
+            memcpy(s->xdims, xs, sizeof(hsize_t) * (size_t)(xr > 4 ? 4 : xr));
+            memcpy(s->ydims, ys, sizeof(hsize_t) * (size_t)(yr > 4 ? 4 : yr));
+            if (yr > 4) {
+                fprintf(err, "galley: error: %s: '%s' has too many axes (%d per sample)\n", path, s->yname, yr);
+                goto fail;
+            }
+            if (shape_x(s, path, err) || shape_y(s, path, err)) goto fail;
+        } else if (!same_dims(xr, xs, s->xrank, s->xdims) || !same_dims(yr, ys, s->yrank, s->ydims)) {
+            int bad_x = !same_dims(xr, xs, s->xrank, s->xdims);
+            char a[96], b[96];
+            shape_words(bad_x ? s->xrank : s->yrank, bad_x ? s->xdims : s->ydims, a, sizeof a);
+            shape_words(bad_x ? xr : yr, bad_x ? xs : ys, b, sizeof b);
+            fprintf(err, "galley: error: inconsistent files: '%s' has per-sample shape %s in %s but %s in %s\n",
+                    bad_x ? s->xname : s->yname, a, s->files[0].path, b, path);
+            goto fail;
+        }
+        s->files[i].n = n;
+        s->files[i].first = s->n;
+        s->n += n;
+    }
+    if (s->n == 0) {
+        fprintf(err, "galley: error: %s: the files hold no samples\n", key);
+        goto fail;
+    }
+    if (s->crop > 0) {
+        if (s->sd == 0) {
+            fprintf(err, "galley: error: data.crop is %lld but the samples are feature vectors (no spatial axes)\n",
+                    (long long)s->crop);
+            goto fail;
+        }
+        for (int k = 0; k < s->sd; k++)
+            if (s->crop > s->sp[k]) {
+                fprintf(err, "galley: error: data.crop is %lld but spatial axis %d of the samples in %s is only %lld\n",
+                        (long long)s->crop, k, s->files[0].path, (long long)s->sp[k]);
+                goto fail;
+            }
+    }
+    if (load_stats(s, r, err)) goto fail;
+    *out = s;
+    return 0;
+fail:
+    h5src_free(s);
+    return GL_EXIT_USAGE;
+}
+
+void h5src_free(h5src *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nfiles; i++) free(s->files[i].path);
+    free(s->files);
+    free(s->shift);
+    free(s->scale);
+    free(s);
+}
+
+void h5src_full(const h5src *s, gl_shape *shape, gl_shape *tshape) {
+    *shape = s->xfull;
+    *tshape = s->tfull;
+}
+
+void h5src_describe(const h5src *s, gl_dataset *d) {
+    memset(d, 0, sizeof *d);
+    d->n = s->n;
+    d->shape = s->xfull;
+    d->tshape = s->tfull;
+    if (s->crop > 0) {
+        for (int k = 0; k < s->sd; k++) d->shape.d[1 + k] = s->crop;
+        if (s->target == DATA_TARGET_MASK)
+            for (int k = 0; k < s->sd; k++) d->tshape.d[k] = s->crop;
+        if (s->yfield)
+            for (int k = 0; k < s->sd; k++) d->tshape.d[1 + k] = s->crop;
+    }
+    d->target = s->target == DATA_TARGET_CLASS ? TARGET_CLASS : s->target == DATA_TARGET_MASK ? TARGET_MASK : TARGET_VALUES;
+    d->classes = s->classes;
+    d->size = shape_size(&d->shape);
+    d->tsize = shape_size(&d->tshape);
+}
+
+int h5src_files(const h5src *s) { return s->nfiles; }
+const char *h5src_file(const h5src *s, int i) { return s->files[i].path; }
+int64_t h5src_crop(const h5src *s) { return s->crop; }
+int h5src_spatial_dims(const h5src *s) { return s->sd; }
+
+void h5src_set_path(h5src *s, int i, const char *path) {
+    free(s->files[i].path);
+    s->files[i].path = gl_xstrdup(path);
+}
+
+int h5src_file_of(const h5src *s, int64_t i, int64_t *local) {
+    int lo = 0, hi = s->nfiles - 1;
+    while (lo < hi) {  // last file whose first sample is <= i
+        int mid = (lo + hi + 1) / 2;
+        if (s->files[mid].first <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    *local = i - s->files[lo].first;
+    return lo;
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+h5cursor *h5cursor_new(const h5src *s) {
+    h5cursor *c = gl_xcalloc(1, sizeof *c);
+    c->file = -1;
+    c->f = c->dx = c->dy = -1;
+    int64_t big = shape_size(&s->xfull), t = shape_size(&s->tfull);
+    c->scratch = gl_xmalloc((size_t)(big > t ? big : t) * sizeof(float));
+    c->iscratch = gl_xmalloc((size_t)t * sizeof(int32_t));
+    return c;
+}
+
+static void cursor_close(h5cursor *c) {
+    if (c->dx >= 0) H5Dclose(c->dx);
+    if (c->dy >= 0) H5Dclose(c->dy);
+    if (c->f >= 0) H5Fclose(c->f);
+    c->f = c->dx = c->dy = -1;
+    c->file = -1;
+}
+
+void h5cursor_free(h5cursor *c) {
+    if (!c) return;
+    cursor_close(c);
+    free(c->scratch);
+    free(c->iscratch);
+    free(c);
+}
+
+// Reads the hyperslab of dataset d: the sample axis (stacked: index j), then per-sample axes
+// with start[k] and count[k] (rank r). type: memory type.
+static herr_t read_slab(hid_t d, const h5src *s, int64_t j, int r, const hsize_t *start, const hsize_t *count,
+                        hid_t type, void *buf) {
+    hsize_t st[8], ct[8];
+    int k = 0;
+    if (!s->per_file) st[k] = (hsize_t)j, ct[k] = 1, k++;
+    for (int q = 0; q < r; q++, k++) st[k] = start[q], ct[k] = count[q];
+    hid_t fs = H5Dget_space(d);
+    herr_t rc;
+    if (k == 0) {
+        rc = H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    } else {
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL);
+        hid_t ms = H5Screate_simple(k, ct, NULL);
+        rc = H5Dread(d, type, ms, fs, H5P_DEFAULT, buf);
+        H5Sclose(ms);
+    }
+    H5Sclose(fs);
+    return rc;
+}
+
+// Reads a channels-first or channels-last array (x, or a field target with ch channels) into
+// out (channels first), cropped at off (NULL: whole). ext[k] receives the spatial extents read.
+static herr_t read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off,
+                         float *out) {
+    hsize_t start[4] = {0}, count[4];
+    int cf = s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->sd == 0 || s->xrank == 2;
+    int r = s->xrank, ax = cf && s->xrank >= 3 ? 1 : 0;  // first spatial axis on disk
+    int64_t vol = 1;
+    if (s->xrank == 1) {
+        count[0] = (hsize_t)ch;
+    } else {
+        if (s->xrank >= 3) count[cf ? 0 : s->sd] = (hsize_t)ch;
+        for (int k = 0; k < s->sd; k++) {
+            int64_t e = off && s->crop > 0 ? s->crop : s->sp[k];
+            start[ax + k] = off && s->crop > 0 ? (hsize_t)off[k] : 0;
+            count[ax + k] = (hsize_t)e;
+            vol *= e;
+        }
+    }
+    if (cf) return read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, out);
+    herr_t rc = read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, c->scratch);
+    for (int64_t v = 0; v < vol; v++)  // [vol, ch] -> [ch, vol]
+        for (int64_t q = 0; q < ch; q++) out[q * vol + v] = c->scratch[v * ch + q];
+    return rc;
+}
+
+int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels, float *values,
+               char *msg, size_t len) {
+    int64_t j;
+    int fi = h5src_file_of(s, i, &j);
+    const char *path = s->files[fi].path;
+    if (c->file != fi) {
+        cursor_close(c);
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        hid_t fapl = h5_fapl();
+        c->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+        H5Pclose(fapl);
+        c->dx = c->f >= 0 ? H5Dopen2(c->f, s->xname, H5P_DEFAULT) : -1;
+        c->dy = c->f >= 0 ? H5Dopen2(c->f, s->yname, H5P_DEFAULT) : -1;
+        if (c->dx < 0 || c->dy < 0) {
+            snprintf(msg, len, "%s: cannot open the file or its datasets '%s', '%s' (changed since the start?)", path,
+                     s->xname, s->yname);
+            cursor_close(c);
+            return -1;
+        }
+        c->file = fi;
+    }
+    int crop = off && s->crop > 0;
+    int64_t vol = 1;
+    for (int k = 0; k < s->sd; k++) vol *= crop ? s->crop : s->sp[k];
+    if (read_field(s, c, c->dx, j, s->c, off, x) < 0) {
+        snprintf(msg, len, "%s: reading '%s' sample %lld (index %lld in the file) failed: truncated or corrupt file?",
+                 path, s->xname, (long long)i, (long long)j);
+        return -1;
+    }
+    for (int64_t q = 0; q < s->c; q++) {
+        float *xc = x + q * vol;
+        float shift = (float)s->shift[q], scale = (float)s->scale[q];
+        for (int64_t v = 0; v < vol; v++) {
+            float a = xc[v];
+            if (!isfinite(a)) {
+                snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element "
+                         "%lld", path, s->xname, (long long)i, (long long)j, a, (long long)q, (long long)v);
+                return -1;
+            }
+            if (s->transform == DATA_TRANSFORM_LOG1P) a = log1pf(a);
+            xc[v] = (a - shift) * scale;
+        }
+    }
+
+    herr_t rc = 0;
+    int64_t tn = 1;
+    if (s->target == DATA_TARGET_CLASS) {
+        hsize_t z[1] = {0}, one[1] = {1};
+        rc = read_slab(c->dy, s, j, s->yrank, z, one, H5T_NATIVE_INT32, labels);
+    } else if (s->target == DATA_TARGET_MASK) {
+        hsize_t start[3], count[3];
+        for (int k = 0; k < s->sd; k++) {
+            start[k] = crop ? (hsize_t)off[k] : 0;
+            count[k] = (hsize_t)(crop ? s->crop : s->sp[k]);
+        }
+        tn = vol;
+        rc = read_slab(c->dy, s, j, s->yrank, start, count, H5T_NATIVE_INT32, labels);
+    } else if (s->yfield) {
+        rc = read_field(s, c, c->dy, j, s->yc, off, values);
+    } else {
+        hsize_t start[4] = {0};
+        rc = read_slab(c->dy, s, j, s->yrank, start, s->ydims, H5T_NATIVE_FLOAT, values);
+    }
+    if (rc < 0) {
+        snprintf(msg, len, "%s: reading '%s' sample %lld (index %lld in the file) failed: truncated or corrupt file?",
+                 path, s->yname, (long long)i, (long long)j);
+        return -1;
+    }
+    if (s->target != DATA_TARGET_VALUES)
+        for (int64_t v = 0; v < tn; v++)
+            if (labels[v] < 0 || labels[v] >= s->classes) {
+                snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) has label %d at element %lld; "
+                         "data.classes is %lld, so labels must be in [0, %lld)", path, s->yname, (long long)i,
+                         (long long)j, labels[v], (long long)v, (long long)s->classes, (long long)s->classes);
+                return -1;
+            }
+    return 0;
+}

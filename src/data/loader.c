@@ -1,0 +1,564 @@
+// loader.c: reader threads filling a ring of preallocated batch slots (see loader.h).
+//
+// The stream of batches is numbered k = 0, 1, ...: batch k is epoch k / B + 1, index k % B
+// (B batches per epoch) and lives in slot k % prefetch. Readers work sample by sample: they claim
+// the next unclaimed sample of the newest started batch, or start batch k + 1 when its slot is
+// free, or wait. The trainer takes batches in order (loader_next) and gives slots back
+// (loader_release). Each sample is produced from (seed, epoch, sample) alone, into its own place
+// in the slot, so the content does not depend on which thread made it or when.
+//
+// A sample: source (in-memory synthetic data, the memory cache, or an HDF5 read: a hyperslab when
+// cropping without cache) -> crop -> flips/rotation -> pad_crop shift -> copy into the slot ->
+// noise. Masks and field targets follow x through every geometric step.
+#include "galley/loader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "galley/arena.h"
+#include "galley/augment.h"
+#include "galley/check.h"
+#include "galley/h5data.h"
+
+enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_IN_USE };
+
+typedef struct {
+    int state;
+    int64_t k, n, global_n, epoch, index;
+    bool last;
+    int64_t claimed, done;
+    int failed;
+    float *x, *values;
+    int32_t *labels;
+    int64_t *samples;
+} slot;
+
+typedef struct {
+    h5cursor *cur;
+    float *fx, *ft, *ax, *bx, *at, *bt;  // full-sample reads and ping-pong buffers (targets as 4-byte items)
+} worker;
+
+struct gl_loader {
+    uint64_t seed;
+    int split, rank, world, train;
+    int64_t batch, bpe, cap;
+    bool drop_last;
+    gl_dataset shape;  // per-sample shapes as served
+    gl_shape xfull, tfull;
+    int64_t xfull_n, tfull_n, full[3];
+    int nd;            // spatial axes
+    int tspatial;      // target follows x's geometry: 0 no, 1 mask, 2 field
+    augment_params aug;
+    float noise;
+
+    gl_dataset mem;    // synthetic: the split in memory
+    gl_arena arena;    // slots, cache, perm, in-memory data
+    h5src *src;
+
+    float *cache_x, *cache_v;
+    int32_t *cache_l;
+    atomic_uchar *cache_state;  // 0 empty, 1 being filled, 2 ready
+
+    int64_t *perm, perm_epoch;
+    slot *slots;
+    int nslots;
+    int64_t next_start, next_out;
+    slot *current;
+
+    pthread_t *th;
+    worker *w;
+    int nthreads, started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    char err[1024];
+    double wait_total;
+
+    char *stage_dir;
+    char **staged;
+    int nstaged;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void loader_default_params(loader_params *p) {
+    memset(p, 0, sizeof *p);
+    p->split = SPLIT_TRAIN;
+    p->world = 1;
+}
+
+// ---- sizes -----------------------------------------------------------------------------------
+
+typedef struct {
+    gl_dataset shape;
+    gl_shape xfull, tfull;
+    int64_t batch, cap, nslots, threads;
+} load_plan;
+
+static void make_plan(const recipe_t *r, const loader_params *p, const gl_dataset *shape, const gl_shape *xfull,
+                      const gl_shape *tfull, load_plan *pl) {
+    pl->shape = *shape;
+    pl->xfull = *xfull;
+    pl->tfull = *tfull;
+    int64_t b = p->batch > 0 ? p->batch : r->train.batch_size;
+    pl->batch = b < shape->n ? b : shape->n;
+    int world = p->world > 0 ? p->world : 1;
+    pl->cap = (pl->batch + world - 1) / world;
+    pl->nslots = p->prefetch > 0 ? p->prefetch : r->data.loader.prefetch;
+    pl->threads = p->threads > 0 ? p->threads : r->data.loader.threads;
+}
+
+static size_t slot_bytes(const load_plan *pl) {
+    size_t tb = (size_t)pl->shape.tsize * 4;
+    return arena_round((size_t)(pl->cap * pl->shape.size) * sizeof(float)) + arena_round((size_t)pl->cap * tb) +
+           arena_round((size_t)pl->cap * sizeof(int64_t));
+}
+
+static size_t arena_bytes(const recipe_t *r, const loader_params *p, const load_plan *pl) {
+    size_t b = (size_t)pl->nslots * slot_bytes(pl) + arena_round((size_t)pl->shape.n * sizeof(int64_t)) +
+               16 * GL_ARENA_ALIGN;
+    if (r->data.source == DATA_SOURCE_SYNTHETIC) b += data_synth_bytes(r, p->split);
+    if (r->data.source == DATA_SOURCE_HDF5 && r->data.loader.cache == DATA_CACHE_MEMORY)
+        b += arena_round((size_t)(pl->shape.n * shape_size(&pl->xfull)) * sizeof(float)) +
+             arena_round((size_t)(pl->shape.n * shape_size(&pl->tfull)) * 4) + arena_round((size_t)pl->shape.n);
+    return b;
+}
+
+static size_t worker_bytes(const load_plan *pl) {
+    int64_t x = shape_size(&pl->xfull), t = shape_size(&pl->tfull);
+    return (size_t)(3 * x + 3 * t) * sizeof(float) + (size_t)(x > t ? x : t) * sizeof(float);
+}
+
+size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
+    gl_dataset d;
+    gl_shape xf, tf;
+    if (r->data.source == DATA_SOURCE_HDF5) {
+        h5src *s;
+        FILE *devnull = fopen("/dev/null", "w");
+        int rc = h5src_open(&s, r, p->split, devnull ? devnull : stderr);
+        if (devnull) fclose(devnull);
+        if (rc) return 0;
+        h5src_describe(s, &d);
+        h5src_full(s, &xf, &tf);
+        h5src_free(s);
+    } else {
+        data_describe(r, &d);
+        d.n = p->split == SPLIT_TRAIN ? r->data.synthetic.train_size : r->data.synthetic.val_size;
+        xf = d.shape, tf = d.tshape;
+    }
+    load_plan pl;
+    make_plan(r, p, &d, &xf, &tf, &pl);
+    return arena_bytes(r, p, &pl) + (size_t)pl.threads * worker_bytes(&pl);
+}
+
+// ---- staging ---------------------------------------------------------------------------------
+
+static int copy_file(const char *from, const char *to, FILE *err) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    int in = open(from, O_RDONLY), out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int rc = in < 0 || out < 0 ? -1 : 0;
+    enum { BUF = 1 << 20 };
+    char *buf = gl_xmalloc(BUF);
+    while (!rc) {
+        ssize_t n = read(in, buf, BUF);
+        if (n == 0) break;
+        if (n < 0 || write(out, buf, (size_t)n) != n) rc = -1;
+    }
+    free(buf);
+    if (in >= 0) close(in);
+    if (out >= 0 && close(out) != 0) rc = -1;
+    if (!rc && rename(tmp, to) != 0) rc = -1;
+    if (rc) {
+        fprintf(err, "galley: error: staging %s to %s failed: %s\n", from, to, strerror(errno));
+        unlink(tmp);
+    }
+    return rc;
+}
+
+// Copies the files holding the samples this rank reads in the run's epochs to the stage dir.
+static int stage_files(gl_loader *L, const recipe_t *r, const loader_params *p, FILE *err) {
+    int nf = h5src_files(L->src);
+    unsigned char *need = gl_xcalloc((size_t)nf, 1);
+    int64_t n = L->shape.n, epochs = L->train ? (p->epochs > 0 ? p->epochs : r->train.epochs) : 1;
+    for (int64_t e = 1; e <= epochs; e++) {
+        if (L->train) loader_epoch_order(L->perm, n, L->seed, e);
+        else
+            for (int64_t i = 0; i < n; i++) L->perm[i] = i;
+        for (int64_t b = 0; b < L->bpe; b++) {
+            int64_t start = b * L->batch, len = n - start < L->batch ? n - start : L->batch, lo, cnt, local;
+            loader_shard(len, L->rank, L->world, &lo, &cnt);
+            for (int64_t j = 0; j < cnt; j++) need[h5src_file_of(L->src, L->perm[start + lo + j], &local)] = 1;
+        }
+    }
+    L->perm_epoch = -1;
+    size_t dl = strlen(r->data.loader.stage) + 64;
+    L->stage_dir = gl_xmalloc(dl);
+    snprintf(L->stage_dir, dl, "%s/galley-%ld-rank%d-%s", r->data.loader.stage, (long)getpid(), L->rank,
+             L->split == SPLIT_TRAIN ? "train" : "val");
+    int rc = 0;
+    if (mkdir(L->stage_dir, 0755) != 0) {
+        fprintf(err, "galley: error: data.loader.stage: cannot create %s: %s\n", L->stage_dir, strerror(errno));
+        rc = -1;
+    }
+    L->staged = gl_xcalloc((size_t)nf, sizeof(char *));
+    for (int i = 0; i < nf && !rc; i++) {
+        if (!need[i]) continue;
+        const char *path = h5src_file(L->src, i), *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        size_t len = strlen(L->stage_dir) + strlen(base) + 32;
+        char *to = gl_xmalloc(len);
+        snprintf(to, len, "%s/%06d-%s", L->stage_dir, i, base);
+        L->staged[L->nstaged++] = to;
+        rc = copy_file(path, to, err);
+        if (!rc) h5src_set_path(L->src, i, to);
+    }
+    free(need);
+    return rc;
+}
+
+static void unstage(gl_loader *L) {
+    for (int i = 0; i < L->nstaged; i++) {
+        unlink(L->staged[i]);
+        free(L->staged[i]);
+    }
+    free(L->staged);
+    if (L->stage_dir) rmdir(L->stage_dir);
+    free(L->stage_dir);
+}
+
+// ---- one sample ------------------------------------------------------------------------------
+
+// out = the crop [off, off + c) of in along each of nd spatial axes of extents full; ch channels.
+static void crop_copy(int nd, int64_t ch, const int64_t *full, const int64_t *off, int64_t c, const void *in,
+                      void *out) {
+    int64_t e[3] = {1, 1, 1}, o[3] = {0, 0, 0}, ce[3] = {1, 1, 1};
+    for (int k = 0; k < nd; k++) e[k] = full[k], o[k] = off[k], ce[k] = c;
+    const char *src = in;
+    char *dst = out;
+    for (int64_t q = 0; q < ch; q++)
+        for (int64_t a = 0; a < ce[0]; a++)
+            for (int64_t b = 0; b < ce[1]; b++) {
+                const char *row = src + 4 * (((q * e[0] + a + o[0]) * e[1] + b + o[1]) * e[2] + o[2]);
+                memcpy(dst, row, (size_t)(4 * ce[2]));
+                dst += 4 * ce[2];
+            }
+}
+
+static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, char *msg, size_t len) {
+    const int64_t i = s->samples[pos];
+    augment_plan plan;
+    augment_draw(&L->aug, L->seed, s->epoch, i, L->nd, L->full, L->train, &plan);
+    const float *x = NULL, *v = NULL;
+    const int32_t *l = NULL;
+    int cropped = 0, mask = L->shape.target != TARGET_VALUES;
+    if (L->mem.x) {
+        x = L->mem.x + i * L->xfull_n;
+        if (mask) l = L->mem.labels + i * L->tfull_n;
+        else v = L->mem.values + i * L->tfull_n;
+    } else {
+        unsigned char zero = 0;
+        if (L->cache_state && atomic_load(&L->cache_state[i]) == 2) {
+            // cached
+        } else if (L->cache_state && atomic_compare_exchange_strong(&L->cache_state[i], &zero, 1)) {
+            int rc = h5src_read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
+                                mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
+                                msg, len);
+            if (rc) return atomic_store(&L->cache_state[i], 0), -1;
+            atomic_store(&L->cache_state[i], 2);
+        } else {
+            // no cache, or another reader is filling this entry: read it here
+            int crop = L->aug.crop > 0;
+            float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
+            if (h5src_read(L->src, w->cur, i, crop ? plan.crop : NULL, bx, mask ? (int32_t *)bt : NULL,
+                           mask ? NULL : bt, msg, len))
+                return -1;
+            x = bx;
+            if (mask) l = (const int32_t *)bt;
+            else v = bt;
+            cropped = crop;
+        }
+        if (!x) {
+            x = L->cache_x + i * L->xfull_n;
+            if (mask) l = L->cache_l + i * L->tfull_n;
+            else v = L->cache_v + i * L->tfull_n;
+        }
+    }
+    const void *t = mask ? (const void *)l : (const void *)v;
+    int64_t ext[3] = {1, 1, 1}, c = L->shape.shape.d[0], tc = L->tspatial == 2 ? L->tfull.d[0] : 1;
+    for (int k = 0; k < L->nd; k++) ext[k] = L->full[k];
+    if (L->aug.crop > 0) {
+        if (!cropped) {
+            crop_copy(L->nd, c, L->full, plan.crop, L->aug.crop, x, w->ax);
+            if (L->tspatial) crop_copy(L->nd, tc, L->full, plan.crop, L->aug.crop, t, w->at);
+            x = w->ax;
+            if (L->tspatial) t = w->at;
+        }
+        for (int k = 0; k < L->nd; k++) ext[k] = L->aug.crop;
+    }
+    if (!augment_is_identity(&plan.axes)) {
+        float *ox = x == w->ax ? w->bx : w->ax, *ot = t == w->at ? w->bt : w->at;
+        augment_axes_f32(&plan.axes, c, ext, x, ox);
+        if (L->tspatial == 1) augment_axes_i32(&plan.axes, 1, ext, t, (int32_t *)ot);
+        if (L->tspatial == 2) augment_axes_f32(&plan.axes, tc, ext, t, ot);
+        int64_t e2[3] = {1, 1, 1};
+        for (int a = 0; a < L->nd; a++) e2[a] = ext[plan.axes.perm[a]];
+        memcpy(ext, e2, sizeof ext);
+        x = ox;
+        if (L->tspatial) t = ot;
+    }
+    if (plan.shift[0] || plan.shift[1] || plan.shift[2]) {
+        float *ox = x == w->ax ? w->bx : w->ax, *ot = t == w->at ? w->bt : w->at;
+        augment_shift_f32(L->nd, c, ext, plan.shift, x, ox);
+        if (L->tspatial == 1) augment_shift_i32(L->nd, 1, ext, plan.shift, t, (int32_t *)ot);
+        if (L->tspatial == 2) augment_shift_f32(L->nd, tc, ext, plan.shift, t, ot);
+        x = ox;
+        if (L->tspatial) t = ot;
+    }
+    float *out = s->x + pos * L->shape.size;
+    memcpy(out, x, (size_t)L->shape.size * sizeof(float));
+    if (mask) memcpy(s->labels + pos * L->shape.tsize, t, (size_t)L->shape.tsize * 4);
+    else memcpy(s->values + pos * L->shape.tsize, t, (size_t)L->shape.tsize * 4);
+    if (L->noise > 0 && L->train) augment_noise(&plan, L->noise, out, L->shape.size);
+    return 0;
+}
+
+// ---- the ring --------------------------------------------------------------------------------
+
+// Sets up slot f for stream batch k (under the lock).
+static void start_batch(gl_loader *L, slot *f, int64_t k) {
+    int64_t epoch = k / L->bpe + 1, index = k % L->bpe, n = L->shape.n;
+    if (L->train && L->perm_epoch != epoch) {
+        loader_epoch_order(L->perm, n, L->seed, epoch);
+        L->perm_epoch = epoch;
+    }
+    int64_t start = index * L->batch, len = n - start < L->batch ? n - start : L->batch, lo, cnt;
+    loader_shard(len, L->rank, L->world, &lo, &cnt);
+    for (int64_t j = 0; j < cnt; j++) f->samples[j] = L->train ? L->perm[start + lo + j] : start + lo + j;
+    f->k = k, f->n = cnt, f->global_n = len, f->epoch = epoch, f->index = index;
+    f->last = index == L->bpe - 1;
+    f->claimed = f->done = 0;
+    f->failed = 0;
+    f->state = cnt > 0 ? SLOT_FILLING : SLOT_READY;
+}
+
+static void *reader_main(void *arg) {
+    gl_loader *L = ((void **)arg)[0];
+    worker *w = ((void **)arg)[1];
+    free(arg);
+    char msg[1024];
+    pthread_mutex_lock(&L->mu);
+    while (!L->stop) {
+        slot *s = L->current;
+        if (s && s->state == SLOT_FILLING && s->claimed < s->n) {
+            int64_t pos = s->claimed++;
+            pthread_mutex_unlock(&L->mu);
+            int rc = make_sample(L, w, s, pos, msg, sizeof msg);
+            pthread_mutex_lock(&L->mu);
+            if (rc) {
+                if (!s->failed) snprintf(L->err, sizeof L->err, "%s", msg);
+                s->failed = 1;
+            }
+            if (++s->done == s->n) {
+                s->state = SLOT_READY;
+                pthread_cond_broadcast(&L->cv);
+            }
+            continue;
+        }
+        slot *f = &L->slots[L->next_start % L->nslots];
+        if (f->state == SLOT_FREE) {
+            start_batch(L, f, L->next_start++);
+            L->current = f;
+            if (f->state == SLOT_READY) pthread_cond_broadcast(&L->cv);
+            continue;
+        }
+        pthread_cond_wait(&L->cv, &L->mu);
+    }
+    pthread_mutex_unlock(&L->mu);
+    return NULL;
+}
+
+// ---- open / next / free ----------------------------------------------------------------------
+
+int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE *err) {
+    *out = NULL;
+    gl_loader *L = gl_xcalloc(1, sizeof *L);
+    L->seed = (uint64_t)r->seed;
+    L->split = p->split;
+    L->train = p->split == SPLIT_TRAIN;
+    L->rank = p->rank;
+    L->world = p->world > 0 ? p->world : 1;
+    GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
+    L->perm_epoch = -1;
+    gl_dataset d;
+    if (r->data.source == DATA_SOURCE_HDF5) {
+        if (h5src_open(&L->src, r, p->split, err)) {
+            free(L);
+            return GL_EXIT_USAGE;
+        }
+        h5src_describe(L->src, &d);
+        h5src_full(L->src, &L->xfull, &L->tfull);
+        L->aug.crop = h5src_crop(L->src);
+    } else {
+        data_describe(r, &d);
+        d.n = L->train ? r->data.synthetic.train_size : r->data.synthetic.val_size;
+        L->xfull = d.shape, L->tfull = d.tshape;
+    }
+    L->shape = d;
+    L->nd = L->xfull.ndim - 1;
+    for (int k = 0; k < L->nd; k++) L->full[k] = L->xfull.d[1 + k];
+    L->xfull_n = shape_size(&L->xfull);
+    L->tfull_n = shape_size(&L->tfull);
+    if (d.target == TARGET_MASK) L->tspatial = 1;
+    else if (d.target == TARGET_VALUES && L->nd > 0 && L->tfull.ndim == L->xfull.ndim) {
+        L->tspatial = 2;
+        for (int k = 0; k < L->nd; k++)
+            if (L->tfull.d[1 + k] != L->xfull.d[1 + k]) L->tspatial = 0;
+    }
+    L->aug.flip = r->data.augment.flip;
+    L->aug.rotate = r->data.augment.rotate;
+    L->aug.pad = r->data.augment.pad_crop;
+    L->noise = (float)r->data.augment.noise;
+    if (L->train && L->aug.rotate && L->nd >= 2) {
+        for (int k = 1; k < L->nd; k++)
+            if (d.shape.d[1 + k] != d.shape.d[1]) {
+                char sh[64];
+                shape_format(&d.shape, sh, sizeof sh);
+                fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
+                             "data.crop to a size that fits, or turn rotate off\n", sh);
+                h5src_free(L->src);
+                free(L);
+                return GL_EXIT_USAGE;
+            }
+    }
+
+    load_plan pl;
+    make_plan(r, p, &d, &L->xfull, &L->tfull, &pl);
+    L->batch = pl.batch;
+    L->cap = pl.cap;
+    L->nslots = (int)pl.nslots;
+    L->nthreads = (int)pl.threads;
+    L->drop_last = r->data.loader.drop_last && L->train;
+    L->bpe = loader_batches(d.n, L->batch, L->drop_last);
+
+    arena_init(&L->arena, arena_bytes(r, p, &pl));
+    L->perm = arena_alloc(&L->arena, (size_t)d.n * sizeof(int64_t));
+    if (r->data.source == DATA_SOURCE_SYNTHETIC) {
+        data_synth_make(r, p->split, &L->mem, &L->arena);
+    } else if (r->data.loader.cache == DATA_CACHE_MEMORY) {
+        L->cache_x = arena_floats(&L->arena, d.n * L->xfull_n);
+        if (d.target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d.n * L->tfull_n);
+        else L->cache_l = arena_alloc(&L->arena, (size_t)(d.n * L->tfull_n) * 4);
+        L->cache_state = arena_alloc(&L->arena, (size_t)d.n);  // zeroed: empty
+    }
+    L->slots = gl_xcalloc((size_t)L->nslots, sizeof(slot));
+    for (int i = 0; i < L->nslots; i++) {
+        slot *s = &L->slots[i];
+        s->x = arena_floats(&L->arena, L->cap * d.size);
+        if (d.target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d.tsize);
+        else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d.tsize) * 4);
+        s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
+    }
+    if (L->src && r->data.loader.stage && stage_files(L, r, p, err)) {
+        loader_free(L);
+        return GL_EXIT_USAGE;
+    }
+
+    pthread_mutex_init(&L->mu, NULL);
+    pthread_cond_init(&L->cv, NULL);
+    L->th = gl_xcalloc((size_t)L->nthreads, sizeof(pthread_t));
+    L->w = gl_xcalloc((size_t)L->nthreads, sizeof(worker));
+    int64_t big = L->xfull_n > L->tfull_n ? L->xfull_n : L->tfull_n;
+    for (int t = 0; t < L->nthreads; t++) {
+        worker *w = &L->w[t];
+        w->cur = L->src ? h5cursor_new(L->src) : NULL;
+        w->fx = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
+        w->ft = gl_xmalloc((size_t)L->tfull_n * sizeof(float));
+        w->ax = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
+        w->bx = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
+        w->at = gl_xmalloc((size_t)big * sizeof(float));
+        w->bt = gl_xmalloc((size_t)big * sizeof(float));
+    }
+    L->started = 1;
+    for (int t = 0; t < L->nthreads; t++) {
+        void **arg = gl_xmalloc(2 * sizeof(void *));
+        arg[0] = L, arg[1] = &L->w[t];
+        GL_CHECK(pthread_create(&L->th[t], NULL, reader_main, arg) == 0, "cannot start a reader thread");
+    }
+    *out = L;
+    return 0;
+}
+
+const gl_dataset *loader_shape(const gl_loader *L) { return &L->shape; }
+int64_t loader_batches_per_epoch(const gl_loader *L) { return L->bpe; }
+int64_t loader_batch_capacity(const gl_loader *L) { return L->cap; }
+double loader_wait_total(const gl_loader *L) { return L->wait_total; }
+const char *loader_stage_dir(const gl_loader *L) { return L->stage_dir; }
+
+int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
+    double t0 = now_s();
+    pthread_mutex_lock(&L->mu);
+    slot *s = &L->slots[L->next_out % L->nslots];
+    while (!(s->state == SLOT_READY && s->k == L->next_out)) pthread_cond_wait(&L->cv, &L->mu);
+    s->state = SLOT_IN_USE;
+    L->next_out++;
+    int failed = s->failed;
+    char msg[1024];
+    if (failed) snprintf(msg, sizeof msg, "%s", L->err);
+    pthread_mutex_unlock(&L->mu);
+    memset(b, 0, sizeof *b);
+    b->wait_s = now_s() - t0;
+    L->wait_total += b->wait_s;
+    b->n = s->n, b->global_n = s->global_n, b->epoch = s->epoch, b->index = s->index, b->last = s->last;
+    b->x = s->x, b->labels = s->labels, b->values = s->values, b->samples = s->samples;
+    b->slot = (int)(s - L->slots);
+    if (failed) {
+        fprintf(err, "galley: error: %s\n", msg);
+        return -1;
+    }
+    return 0;
+}
+
+void loader_release(gl_loader *L, gl_batch *b) {
+    pthread_mutex_lock(&L->mu);
+    L->slots[b->slot].state = SLOT_FREE;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    b->x = NULL, b->labels = NULL, b->values = NULL;
+}
+
+void loader_free(gl_loader *L) {
+    if (!L) return;
+    if (L->started) {
+        pthread_mutex_lock(&L->mu);
+        L->stop = 1;
+        pthread_cond_broadcast(&L->cv);
+        pthread_mutex_unlock(&L->mu);
+        for (int t = 0; t < L->nthreads; t++) pthread_join(L->th[t], NULL);
+        for (int t = 0; t < L->nthreads; t++) {
+            worker *w = &L->w[t];
+            h5cursor_free(w->cur);
+            free(w->fx), free(w->ft), free(w->ax), free(w->bx), free(w->at), free(w->bt);
+        }
+        pthread_mutex_destroy(&L->mu);
+        pthread_cond_destroy(&L->cv);
+    }
+    free(L->th);
+    free(L->w);
+    free(L->slots);
+    unstage(L);
+    h5src_free(L->src);
+    arena_free(&L->arena);
+    free(L);
+}

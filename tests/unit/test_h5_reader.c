@@ -1,0 +1,500 @@
+// test_h5_reader.c: HDF5 data sets: `galley data synth` files read back equal the in-memory
+// generator (after the documented transform); exact values through every dtype, layout and
+// transform; crops read as hyperslabs; one sample per file; clear errors for bad files.
+#include "testlib.h"
+
+#include <hdf5.h>
+#include <sys/stat.h>
+
+#include "data/h5_internal.h"
+#include "galley/check.h"
+#include "galley/h5data.h"
+
+static char dir[64];
+
+static int setup(void **st) {
+    (void)st;
+    snprintf(dir, sizeof dir, "/tmp/galley_h5_XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    return 0;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+// A recipe reading split files spec (a flow mapping's content) with more data keys (each line
+// indented by two spaces).
+static void hrecipe(recipe_t *r, const char *spec, const char *extra) {
+    char yaml[4096];
+    snprintf(yaml, sizeof yaml,
+             "seed: 7\ndata:\n  source: hdf5\n  train: {%s}\n  val: {%s}\n%s"
+             "model:\n  layers:\n    - {type: relu}\noptimizer: {lr: 0.1}\n",
+             spec, spec, extra);
+    tl_recipe(r, yaml, 0, NULL);
+}
+
+static char *path_in(const char *name) {
+    static char p[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+// Opens r's training split, or fails with the messages.
+static h5src *open_ok(const recipe_t *r) {
+    tl_stream s;
+    FILE *err = tl_stream_open(&s);
+    h5src *src = NULL;
+    int rc = h5src_open(&src, r, SPLIT_TRAIN, err);
+    char *msg = tl_stream_close(&s);
+    if (rc) fail_msg("h5src_open failed: %s", msg);
+    free(msg);
+    return src;
+}
+
+// Opening must fail with a message containing every one of want[] (NULL-terminated).
+static void open_fails(const char *spec, const char *extra, const char *const *want) {
+    recipe_t r;
+    hrecipe(&r, spec, extra);
+    tl_stream s;
+    FILE *err = tl_stream_open(&s);
+    h5src *src = NULL;
+    int rc = h5src_open(&src, &r, SPLIT_TRAIN, err);
+    char *msg = tl_stream_close(&s);
+    if (rc != GL_EXIT_USAGE) fail_msg("expected exit 2 for %s, got %d (%s)", spec, rc, msg);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(msg, want[i])) fail_msg("message lacks '%s':\n%s", want[i], msg);
+    free(msg);
+    recipe_free(&r);
+}
+
+// ---- round trip: data synth -> file -> reader == generator --------------------------------------
+
+typedef struct {
+    int kind;
+    const char *spec, *extra;
+} rt_case;
+
+static void round_trip(const rt_case *c, int per_file) {
+    h5_synth_params p;
+    h5_synth_default_params(&p);
+    p.kind = c->kind;
+    p.n = 5;
+    p.size = 12;
+    p.compress = 3;
+    p.per_file = per_file;
+    p.classes = 3;
+    char *out = path_in(per_file ? "rt_dir" : "rt.h5");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", out);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(h5_synth_write(&p, out, stderr), 0);
+
+    recipe_t gen;
+    h5_synth_recipe(&p, &gen);
+    gl_arena a;
+    arena_init(&a, data_synth_bytes(&gen, SPLIT_TRAIN) + 256);
+    gl_dataset d;
+    data_synth_make(&gen, SPLIT_TRAIN, &d, &a);
+
+    char spec[512], extra[512];
+    snprintf(spec, sizeof spec, "files: '%s%s', %s", out, per_file ? "/sample-*.h5" : "", c->spec);
+    snprintf(extra, sizeof extra, "%s%s", c->extra, per_file ? "  samples: per_file\n" : "");
+    recipe_t r;
+    hrecipe(&r, spec, extra);
+    h5src *src = open_ok(&r);
+    gl_dataset hd;
+    h5src_describe(src, &hd);
+    assert_int_equal(hd.n, d.n);
+    assert_int_equal(hd.size, d.size);
+    assert_int_equal(hd.tsize, d.tsize);
+    assert_int_equal(hd.target, d.target);
+    for (int k = 0; k < d.shape.ndim; k++) assert_int_equal(hd.shape.d[k], d.shape.d[k]);
+    h5cursor *cur = h5cursor_new(src);
+    float *x = malloc((size_t)d.size * sizeof(float)), *v = malloc((size_t)d.tsize * sizeof(float));
+    int32_t *l = malloc((size_t)d.tsize * sizeof(int32_t));
+    char msg[512];
+    for (int64_t i = 0; i < d.n; i++) {
+        int mask = d.target != TARGET_VALUES;
+        if (h5src_read(src, cur, i, NULL, x, mask ? l : NULL, mask ? NULL : v, msg, sizeof msg)) fail_msg("%s", msg);
+        for (int64_t j = 0; j < d.size; j++) {
+            float want = d.x[i * d.size + j];
+            if (c->kind == SYNTH_COSMO3D) want = log1pf((float)h5_counts_from_log(want));
+            if (x[j] != want) fail_msg("kind %d sample %lld element %lld: %g != %g", c->kind, (long long)i, (long long)j,
+                                       x[j], want);
+        }
+        for (int64_t j = 0; j < d.tsize; j++) {
+            if (mask) assert_int_equal(l[j], d.labels[i * d.tsize + j]);
+            else assert_true(v[j] == d.values[i * d.tsize + j]);
+        }
+    }
+    free(x), free(v), free(l);
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+    arena_free(&a);
+}
+
+static const rt_case cases[] = {
+    {SYNTH_SPIRALS, "", "  classes: 3\n"},
+    {SYNTH_SHAPES2D, "", "  classes: 3\n"},
+    {SYNTH_COSMO3D, "", "  target: values\n  transform: log1p\n"},
+    {SYNTH_CLIMATE2D, "x: climate/data, y: climate/labels_0", "  target: mask\n  classes: 3\n  layout: channels_last\n"},
+    {SYNTH_FIELDS3D, "", "  target: values\n"},
+};
+
+static void test_synth_round_trip_every_kind(void **st) {
+    (void)st;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) round_trip(&cases[i], 0);
+}
+
+static void test_synth_per_file_round_trip(void **st) {
+    (void)st;
+    round_trip(&cases[3], 1);  // DeepCAM: one sample per file, (H, W, C), no sample axis
+    round_trip(&cases[1], 1);  // scalar class labels
+}
+
+static void test_cosmo_counts_are_int16(void **st) {
+    (void)st;
+    h5_synth_params p;
+    h5_synth_default_params(&p);
+    p.kind = SYNTH_COSMO3D;
+    p.n = 2;
+    p.size = 8;
+    char *out = path_in("cosmo.h5");
+    assert_int_equal(h5_synth_write(&p, out, stderr), 0);
+    hid_t f = H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "x", H5P_DEFAULT), t = H5Dget_type(d);
+    assert_int_equal(H5Tget_class(t), H5T_INTEGER);
+    assert_int_equal(H5Tget_size(t), 2);
+    H5Tclose(t), H5Dclose(d), H5Fclose(f);
+    assert_int_equal(h5_counts_from_log(log1pf(5.0f)), 5);
+    assert_int_equal(h5_counts_from_log(-3.0f), 0);
+    assert_int_equal(h5_counts_from_log(40.0f), 32767);
+    // No temporary file is left next to the output.
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -q tmp", dir);
+    assert_int_not_equal(system(cmd), 0);
+}
+
+// ---- dtypes, layouts, transforms ------------------------------------------------------------
+
+enum { N = 3, C = 2, H = 4, W = 5 };
+
+// Raw value of sample i, channel c, pixel (h, w): small integers, exact in every dtype.
+static double raw(int i, int c, int h, int w) { return (double)((i * 7 + c * 5 + h * 3 + w) % 50); }
+
+// Writes x [N, C, H, W] (or [N, H, W, C]) in disk type dt and y labels [N] to name.
+static void write_typed(const char *name, hid_t dt, int channels_last) {
+    double buf[N * C * H * W];
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++) {
+                    int at = channels_last ? ((i * H + h) * W + w) * C + c : ((i * C + c) * H + h) * W + w;
+                    buf[at] = raw(i, c, h, w);
+                }
+    hid_t f = (hid_t)h5_create_file(path_in(name));
+    uint64_t cf[4] = {N, C, H, W}, cl[4] = {N, H, W, C}, yd[1] = {N};
+    assert_int_equal(h5_write_array(f, "g/x", dt, H5T_NATIVE_DOUBLE, 4, channels_last ? cl : cf, buf, 1, 0), 0);
+    int32_t y[N] = {0, 1, 1};
+    assert_int_equal(h5_write_array(f, "g/y", H5T_STD_U8LE, H5T_NATIVE_INT32, 1, yd, y, 0, 0), 0);
+    H5Fclose(f);
+}
+
+static void check_typed(const char *name, const char *extra, int channels_last, int tf) {
+    char spec[256], ex[512];
+    snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", path_in(name));
+    snprintf(ex, sizeof ex, "%s%s", channels_last ? "  layout: channels_last\n" : "", extra);
+    recipe_t r;
+    hrecipe(&r, spec, ex);
+    h5src *src = open_ok(&r);
+    h5cursor *cur = h5cursor_new(src);
+    float x[C * H * W];
+    int32_t l;
+    char msg[512];
+    for (int i = 0; i < N; i++) {
+        if (h5src_read(src, cur, i, NULL, x, &l, NULL, msg, sizeof msg)) fail_msg("%s", msg);
+        assert_int_equal(l, i == 0 ? 0 : 1);
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++) {
+                    float v = (float)raw(i, c, h, w), want = v;
+                    if (tf == 1) want = log1pf(v);                                       // log1p
+                    if (tf == 2) want = (v - (c ? 10.0f : 0.0f)) * (float)(1.0 / (c ? 40.0 : 50.0));  // minmax
+                    if (tf == 3) want = (log1pf(v) - 1.0f) * (float)(1.0 / (c ? 2.0 : 4.0));         // log1p + standard
+                    float got = x[(c * H + h) * W + w];
+                    if (got != want)
+                        fail_msg("%s%s: sample %d (%d,%d,%d): %.9g != %.9g", name, channels_last ? " (last)" : "", i, c,
+                                 h, w, got, want);
+                }
+    }
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+}
+
+static void test_every_dtype_and_layout_exact(void **st) {
+    (void)st;
+    hid_t f16 = h5_float16_type();
+    struct {
+        const char *name;
+        hid_t t;
+    } types[] = {{"u8", H5T_STD_U8LE}, {"i16", H5T_STD_I16LE}, {"f16", f16}, {"f32", H5T_IEEE_F32LE},
+                 {"f64", H5T_IEEE_F64BE}};
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
+        for (int last = 0; last < 2; last++) {
+            char name[32];
+            snprintf(name, sizeof name, "%s%s.h5", types[k].name, last ? "_cl" : "");
+            write_typed(name, types[k].t, last);
+            check_typed(name, "", last, 0);
+            check_typed(name, "  transform: log1p\n", last, 1);
+            check_typed(name, "  normalize: minmax\n  min: [0, 10]\n  max: [50, 50]\n", last, 2);
+        }
+    H5Tclose(f16);
+}
+
+static void test_stats_file_standard(void **st) {
+    (void)st;
+    write_typed("s.h5", H5T_STD_I16LE, 1);
+    hid_t f = (hid_t)h5_create_file(path_in("stats.h5"));
+    uint64_t two[1] = {2};
+    double mean[2] = {1, 1}, sd[2] = {4, 2};
+    h5_write_array(f, "mean", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, two, mean, 0, 0);
+    h5_write_array(f, "std", H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE, 1, two, sd, 0, 0);
+    H5Fclose(f);
+    char extra[256];
+    snprintf(extra, sizeof extra, "  transform: log1p\n  normalize: standard\n  stats: %s\n", path_in("stats.h5"));
+    check_typed("s.h5", extra, 1, 3);
+    // Recipe values win over the file: the same numbers given inline.
+    check_typed("s.h5", "  transform: log1p\n  normalize: standard\n  mean: [1]\n  std: [4, 2]\n", 1, 3);
+}
+
+// ---- crops ---------------------------------------------------------------------------------------
+
+static void test_crop_is_the_hyperslab(void **st) {
+    (void)st;
+    enum { S = 9, CH = 2, K = 4 };
+    static float x[2 * S * S * S * CH];
+    static int32_t m[2 * S * S * S];
+    for (int i = 0; i < 2; i++)
+        for (int z = 0; z < S; z++)
+            for (int y = 0; y < S; y++)
+                for (int w = 0; w < S; w++) {
+                    for (int c = 0; c < CH; c++) x[(((i * S + z) * S + y) * S + w) * CH + c] = (float)(i * 100000 + c * 1000 + z * 100 + y * 10 + w);
+                    m[((i * S + z) * S + y) * S + w] = (z + y + w) % 3;
+                }
+    hid_t f = (hid_t)h5_create_file(path_in("vol.h5"));
+    uint64_t xd[5] = {2, S, S, S, CH}, md[4] = {2, S, S, S};
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 5, xd, x, 1, 1);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 4, md, m, 1, 1);
+    H5Fclose(f);
+    char spec[256];
+    snprintf(spec, sizeof spec, "files: %s", path_in("vol.h5"));
+    recipe_t r;
+    hrecipe(&r, spec, "  layout: channels_last\n  target: mask\n  classes: 3\n  crop: 4\n");
+    h5src *src = open_ok(&r);
+    gl_dataset d;
+    h5src_describe(src, &d);
+    assert_int_equal(d.shape.ndim, 4);
+    assert_int_equal(d.shape.d[0], CH);
+    assert_int_equal(d.shape.d[1], K);
+    assert_int_equal(d.tsize, K * K * K);
+    h5cursor *cur = h5cursor_new(src);
+    float cx[CH * K * K * K];
+    int32_t cm[K * K * K];
+    char msg[256];
+    int64_t offs[3][3] = {{0, 0, 0}, {5, 5, 5}, {1, 3, 2}};
+    for (int i = 0; i < 2; i++)
+        for (int o = 0; o < 3; o++) {
+            const int64_t *off = offs[o];
+            if (h5src_read(src, cur, i, off, cx, cm, NULL, msg, sizeof msg)) fail_msg("%s", msg);
+            for (int c = 0; c < CH; c++)
+                for (int z = 0; z < K; z++)
+                    for (int y = 0; y < K; y++)
+                        for (int w = 0; w < K; w++) {
+                            float want = (float)(i * 100000 + c * 1000 + (z + off[0]) * 100 + (y + off[1]) * 10 + w + off[2]);
+                            assert_true(cx[((c * K + z) * K + y) * K + w] == want);
+                            if (c == 0)
+                                assert_int_equal(cm[(z * K + y) * K + w], (z + off[0] + y + off[1] + w + off[2]) % 3);
+                        }
+        }
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+}
+
+// ---- errors --------------------------------------------------------------------------------------
+
+static void test_errors_name_file_and_dataset(void **st) {
+    (void)st;
+    write_typed("good.h5", H5T_IEEE_F32LE, 0);
+    char spec[512], g[256];
+    snprintf(g, sizeof g, "%s", path_in("good.h5"));
+
+    snprintf(spec, sizeof spec, "files: %s/missing.h5, x: g/x, y: g/y", dir);
+    open_fails(spec, "", (const char *const[]){"missing.h5", "No such file", NULL});
+
+    snprintf(spec, sizeof spec, "files: '%s/nomatch-*.h5'", dir);
+    open_fails(spec, "", (const char *const[]){"no file matches", "nomatch-*.h5", NULL});
+
+    snprintf(spec, sizeof spec, "files: %s, x: g/nope, y: g/y", g);
+    open_fails(spec, "", (const char *const[]){"good.h5", "no dataset 'g/nope'", "g", NULL});
+
+    snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", g);
+    open_fails(spec, "  target: mask\n", (const char *const[]){"good.h5", "'g/y'", "mask", NULL});
+
+    // Wrong rank: 5 axes per sample.
+    hid_t f = (hid_t)h5_create_file(path_in("rank.h5"));
+    static float big[2 * 2 * 2 * 2 * 2 * 2];
+    uint64_t d6[6] = {2, 2, 2, 2, 2, 2}, d1[1] = {2};
+    int32_t y2[2] = {0, 1};
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 6, d6, big, 0, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, y2, 0, 0);
+    H5Fclose(f);
+    snprintf(spec, sizeof spec, "files: %s", path_in("rank.h5"));
+    open_fails(spec, "", (const char *const[]){"rank.h5", "'x'", "rank 5", NULL});
+
+    // Unsupported dtype: strings.
+    f = (hid_t)h5_create_file(path_in("str.h5"));
+    hid_t st8 = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st8, 8);
+    char strs[2][8] = {"a", "b"};
+    h5_write_array(f, "x", st8, st8, 1, d1, strs, 0, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, y2, 0, 0);
+    H5Tclose(st8);
+    H5Fclose(f);
+    snprintf(spec, sizeof spec, "files: %s", path_in("str.h5"));
+    open_fails(spec, "", (const char *const[]){"str.h5", "'x'", "dtype string", NULL});
+
+    // Inconsistent shapes across files.
+    f = (hid_t)h5_create_file(path_in("other.h5"));
+    static float o[3 * 2 * 4 * 6];
+    uint64_t od[4] = {3, 2, 4, 6}, oy[1] = {3};
+    int32_t y3[3] = {0, 0, 0};
+    h5_write_array(f, "g/x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, od, o, 1, 0);
+    h5_write_array(f, "g/y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, oy, y3, 0, 0);
+    H5Fclose(f);
+    snprintf(spec, sizeof spec, "files: '%s, %s', x: g/x, y: g/y", g, path_in("other.h5"));
+    open_fails(spec, "", (const char *const[]){"inconsistent", "good.h5", "other.h5", "[2, 4, 5]", "[2, 4, 6]", NULL});
+
+    // Sample counts of x and y disagree.
+    f = (hid_t)h5_create_file(path_in("count.h5"));
+    h5_write_array(f, "g/x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, od, o, 1, 0);
+    h5_write_array(f, "g/y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, d1, y2, 0, 0);
+    H5Fclose(f);
+    snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", path_in("count.h5"));
+    open_fails(spec, "", (const char *const[]){"count.h5", "3 samples", "2", NULL});
+
+    // Truncated file: not readable as HDF5.
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "head -c 1000 %s > %s", g, path_in("trunc.h5"));
+    assert_int_equal(system(cmd), 0);
+    snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", path_in("trunc.h5"));
+    open_fails(spec, "", (const char *const[]){"trunc.h5", "not a readable HDF5 file", NULL});
+
+    // Crop larger than the samples; normalisation without values.
+    snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", g);
+    open_fails(spec, "  crop: 5\n", (const char *const[]){"data.crop", "only 4", NULL});
+    open_fails(spec, "  normalize: standard\n", (const char *const[]){"data.mean", "data.stats", NULL});
+    open_fails(spec, "  normalize: minmax\n  min: [0, 1, 2]\n  max: [1]\n", (const char *const[]){"data.min", "3 values", NULL});
+}
+
+static void test_read_errors_name_sample(void **st) {
+    (void)st;
+    // Label out of range and a NaN input: found when the sample is read.
+    hid_t f = (hid_t)h5_create_file(path_in("bad.h5"));
+    float x[3 * 2] = {1, 2, 3, NAN, 5, 6};
+    int32_t y[3] = {0, 7, 1};
+    uint64_t xd[2] = {3, 2}, yd[1] = {3};
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, yd, y, 0, 0);
+    H5Fclose(f);
+    char spec[256];
+    snprintf(spec, sizeof spec, "files: %s", path_in("bad.h5"));
+    recipe_t r;
+    hrecipe(&r, spec, "  classes: 3\n");
+    h5src *src = open_ok(&r);
+    h5cursor *cur = h5cursor_new(src);
+    float out[2];
+    int32_t l;
+    char msg[512];
+    assert_int_equal(h5src_read(src, cur, 0, NULL, out, &l, NULL, msg, sizeof msg), 0);
+    assert_int_equal(h5src_read(src, cur, 1, NULL, out, &l, NULL, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "bad.h5"));
+    assert_non_null(strstr(msg, "'x' sample 1"));
+    assert_non_null(strstr(msg, "nan"));
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+
+    x[3] = 4;
+    f = (hid_t)h5_create_file(path_in("bad.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, yd, y, 0, 0);
+    H5Fclose(f);
+    hrecipe(&r, spec, "  classes: 3\n");
+    src = open_ok(&r);
+    cur = h5cursor_new(src);
+    assert_int_equal(h5src_read(src, cur, 1, NULL, out, &l, NULL, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "'y' sample 1"));
+    assert_non_null(strstr(msg, "label 7"));
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+}
+
+static void test_recipe_keys_apply_by_source(void **st) {
+    (void)st;
+    recipe_t r;
+    char *errors = NULL;
+    // Synthetic keys are refused with hdf5, hdf5 keys with synthetic.
+    int rc = tl_recipe_try(&r, "data:\n  source: hdf5\n  train: {files: a.h5}\n  val: {files: b.h5}\n"
+                               "  synthetic: {kind: blobs}\nmodel: {layers: [{type: relu}]}\noptimizer: {lr: 0.1}\n",
+                           0, NULL, &errors, NULL);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(errors, "data.synthetic"));
+    assert_non_null(strstr(errors, "data.source is synthetic"));
+    free(errors);
+    recipe_free(&r);
+    rc = tl_recipe_try(&r, "data:\n  crop: 4\nmodel: {layers: [{type: relu}]}\noptimizer: {lr: 0.1}\n", 0, NULL,
+                       &errors, NULL);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(errors, "data.crop"));
+    assert_non_null(strstr(errors, "data.source is hdf5"));
+    free(errors);
+    recipe_free(&r);
+    rc = tl_recipe_try(&r, "data:\n  source: hdf5\n  train: {files: a.h5}\n  val: {files: b.h5}\n  mean: [1]\n"
+                           "model: {layers: [{type: relu}]}\noptimizer: {lr: 0.1}\n", 0, NULL, &errors, NULL);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(errors, "data.normalize is standard"));
+    free(errors);
+    recipe_free(&r);
+    rc = tl_recipe_try(&r, "data:\n  source: hdf5\n  val: {files: b.h5}\nmodel: {layers: [{type: relu}]}\n"
+                           "optimizer: {lr: 0.1}\n", 0, NULL, &errors, NULL);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(errors, "data.train.files"));
+    free(errors);
+    recipe_free(&r);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_synth_round_trip_every_kind),
+        cmocka_unit_test(test_synth_per_file_round_trip),
+        cmocka_unit_test(test_cosmo_counts_are_int16),
+        cmocka_unit_test(test_every_dtype_and_layout_exact),
+        cmocka_unit_test(test_stats_file_standard),
+        cmocka_unit_test(test_crop_is_the_hyperslab),
+        cmocka_unit_test(test_errors_name_file_and_dataset),
+        cmocka_unit_test(test_read_errors_name_sample),
+        cmocka_unit_test(test_recipe_keys_apply_by_source),
+    };
+    h5_setup(false);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
