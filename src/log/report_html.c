@@ -50,7 +50,7 @@ static double pick_metric(const rp_point *p, int arg) { return p->m[arg]; }
 
 // One chart: per run, the training records (solid) and, with with_eval, the evaluations (dashed).
 static void chart(FILE *o, const rp_set *s, const char *title, const char *ylabel, pick_fn pick, int arg,
-                  bool with_train, bool with_eval) {
+                  bool with_train, bool with_eval, bool log_ok) {
     int ns = 0;
     rp_series *ser = gl_xcalloc((size_t)s->nrun * 2, sizeof *ser);
     double **bufs = gl_xcalloc((size_t)s->nrun * 4, sizeof *bufs);
@@ -75,7 +75,7 @@ static void chart(FILE *o, const rp_set *s, const char *title, const char *ylabe
     fputs("<section><h2>", o);
     html_escape(o, title);
     fputs("</h2>\n", o);
-    svg_lines(o, title, "step", ylabel, ser, ns, with_train && with_eval ? "training|validation" : NULL);
+    svg_lines(o, title, "step", ylabel, ser, ns, with_train && with_eval ? "training|validation" : NULL, log_ok);
     fputs("</section>\n", o);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(bufs);
@@ -250,12 +250,12 @@ static void page(FILE *o, const rp_set *s) {
     }
     fputs("</ul>\n", o);
 
-    chart(o, s, "Loss", "loss", pick_loss, 0, true, true);
+    chart(o, s, "Loss", "loss", pick_loss, 0, true, true, true);
     for (int m = 0; m < s->nmetric; m++)
         if (any_value(s, pick_metric, m, false) || any_value(s, pick_metric, m, true))
-            chart(o, s, metric_title(s->metric[m]), s->metric[m], pick_metric, m, true, true);
-    chart(o, s, "Learning rate", "learning rate", pick_lr, 0, true, false);
-    chart(o, s, "Throughput", "training samples/s", pick_sps, 0, true, false);
+            chart(o, s, metric_title(s->metric[m]), s->metric[m], pick_metric, m, true, true, false);
+    chart(o, s, "Learning rate", "learning rate", pick_lr, 0, true, false, false);
+    chart(o, s, "Throughput", "training samples/s", pick_sps, 0, true, false, false);
     breakdown(o, s);
     summary_table(o, s);
     fputs("<section><h2>Recipe</h2>\n", o);

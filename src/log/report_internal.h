@@ -56,9 +56,10 @@ typedef struct {
     const char *name;     // for the tooltip
 } rp_series;
 
-// A line chart with axes, grid and a key of line styles (key may be NULL).
+// A line chart with axes, grid and a key of line styles ("solid|dashed" names, or NULL). With
+// log_ok the y axis turns logarithmic when the values span more than 50x (losses do).
 void svg_lines(FILE *o, const char *title, const char *xlabel, const char *ylabel, const rp_series *s, int ns,
-               const char *key);
+               const char *key, bool log_ok);
 // A horizontal stacked bar per run: each row's phases as shares of its total.
 void svg_breakdown(FILE *o, const char *const *labels, const char *const *colors, int nrows,
                    const double (*phase)[PHASE_COUNT]);

@@ -56,7 +56,7 @@ static double ax_pos(const axis *a, double v, double p0, double p1) {
     return p0 + t * (p1 - p0);
 }
 
-// Ticks of axis a, drawn by fn(value).
+// The tick values of axis a (at most max).
 static int ticks(const axis *a, double *out, int max) {
     int n = 0;
     if (a->log) {
@@ -100,7 +100,7 @@ static axis make_axis(double lo, double hi, bool allow_log, bool from_zero) {
 }
 
 void svg_lines(FILE *o, const char *title, const char *xlabel, const char *ylabel, const rp_series *s, int ns,
-               const char *key) {
+               const char *key, bool log_ok) {
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     for (int i = 0; i < ns; i++)
         for (int k = 0; k < s[i].n; k++) {
@@ -118,8 +118,7 @@ void svg_lines(FILE *o, const char *title, const char *xlabel, const char *ylabe
         return;
     }
     axis ax = make_axis(0, xhi > 0 ? xhi : 1, false, true);
-    bool allow_log = strstr(title, "oss") != NULL;  // losses span decades; metrics and rates do not
-    axis ay = make_axis(ylo, yhi, allow_log, !allow_log && ylo >= 0);
+    axis ay = make_axis(ylo, yhi, log_ok, !log_ok && ylo >= 0);
     double t[64];
     char lab[32];
     int nt = ticks(&ay, t, 64);
