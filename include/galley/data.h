@@ -3,6 +3,7 @@
 #define GALLEY_DATA_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "galley/arena.h"
 #include "galley/recipe.h"
@@ -32,6 +33,9 @@ typedef struct {
 
 // The shapes a recipe's data will have, without generating anything (for planning and checks).
 void data_describe(const recipe_t *r, gl_dataset *d);
+// The shapes of a split of the recipe's data, synthetic or HDF5 (opening the files to read their
+// metadata): 0, or GL_EXIT_USAGE with the reason (file, dataset) printed to err.
+int data_shape(const recipe_t *r, int split, gl_dataset *d, FILE *err);
 // Arena bytes data_synth_make needs for one split.
 size_t data_synth_bytes(const recipe_t *r, int split);
 // Generates a split of the recipe's synthetic data set; a pure function of (seed, split),

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "galley/data.h"
 #include "galley/graph.h"
 #include "galley/recipe.h"
 
@@ -31,7 +32,8 @@ typedef struct {
 int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, train_result *res);
 
 // Checks that the model's output fits the loss and the data (printed as FILE:LINE:COL errors).
-int train_check_model(const recipe_t *r, gl_graph *g, FILE *err);
+// data: the training split's shapes (data_shape or the loader's).
+int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FILE *err);
 
 // Threads to use for train.threads (0 = the cores this process may run on).
 int train_threads(const recipe_t *r);

@@ -17,10 +17,13 @@ int cmd_check(int argc, char **argv) {
     if (rc) return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
     gl_graph g;
     gl_dataset d;
-    data_describe(&r, &d);
     int code = GL_EXIT_OK;
+    if (data_shape(&r, SPLIT_TRAIN, &d, stderr) != 0) {
+        recipe_free(&r);
+        return GL_EXIT_USAGE;
+    }
     if (graph_build(&g, &r, d.shape, r.train.batch_size, backend_cpu(), stderr) != 0 ||
-        train_check_model(&r, &g, stderr) != 0) {
+        train_check_model(&r, &g, &d, stderr) != 0) {
         fprintf(stderr, "galley: %s is not a valid recipe\n", r.file);
         code = GL_EXIT_USAGE;
     } else {

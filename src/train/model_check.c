@@ -9,9 +9,8 @@ static void say(FILE *err, yt_mark m, const char *path, const char *msg, const c
     fprintf(err, "%s:%d:%d: error: %s: %s%s\n", m.file, m.line, m.col, path, msg, shape ? shape : "");
 }
 
-int train_check_model(const recipe_t *r, gl_graph *g, FILE *err) {
-    gl_dataset d;
-    data_describe(r, &d);
+int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FILE *err) {
+    const gl_dataset d = *data;
     const gl_tensor *o = graph_output(g);
     const layer_cfg *last = g->layers[g->nlayers - 1].cfg;
     char got[64], want[64], msg[512];

@@ -14,6 +14,7 @@
 #include "galley/check.h"
 #include "galley/data.h"
 #include "galley/graph.h"
+#include "galley/loader.h"
 #include "galley/loss.h"
 #include "galley/lr.h"
 #include "galley/optim.h"
@@ -30,34 +31,23 @@ int train_threads(const recipe_t *r) {
     return n > 0 ? (int)n : 1;
 }
 
-// Buffers for one batch of targets, and scratch row indices.
-typedef struct {
-    int32_t *labels;
-    float *values;
-    int64_t *rows;
-} batch_buf;
-
-static void evaluate(gl_graph *g, const gl_loss *loss, const gl_dataset *d, batch_buf *b, gl_metrics *m) {
+// One pass over the validation loader (in order, every sample once).
+static int evaluate(gl_graph *g, const gl_loss *loss, gl_loader *lv, gl_metrics *m, FILE *err) {
     metrics_reset(m);
     gl_tensor *o = graph_output(g);
-    for (int64_t s = 0; s < d->n; s += g->batch) {
-        int64_t n = d->n - s < g->batch ? d->n - s : g->batch;
-        for (int64_t i = 0; i < n; i++) b->rows[i] = s + i;
-        data_gather(d, b->rows, n, g->input.data, b->labels, b->values);
-        graph_forward(g, n, false);
-        double l = loss_compute(loss, g->be, o, n, b->labels, b->values, NULL);
-        metrics_add(m, o, n, b->labels, b->values, l);
+    const int64_t size = g->input.size;
+    for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
+        gl_batch b;
+        if (loader_next(lv, &b, err)) return -1;
+        if (b.n > 0) {
+            memcpy(g->input.data, b.x, sizeof(float) * (size_t)(b.n * size));
+            graph_forward(g, b.n, false);
+            double l = loss_compute(loss, g->be, o, b.n, b.labels, b.values, NULL);
+            metrics_add(m, o, b.n, b.labels, b.values, l);
+        }
+        loader_release(lv, &b);
     }
-}
-
-static void shuffle(int64_t *perm, int64_t n, uint64_t seed, int64_t epoch) {
-    for (int64_t i = 0; i < n; i++) perm[i] = i;
-    for (int64_t i = n - 1; i > 0; i--) {  // Fisher-Yates, keyed by (epoch, position)
-        int64_t j = (int64_t)rng_below(seed, RNG_SHUFFLE, (uint64_t)epoch, (uint64_t)i, (uint64_t)i + 1);
-        int64_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    return 0;
 }
 
 static int target_met(const recipe_t *r, double v) {
@@ -128,30 +118,51 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     int threads = train_threads(r);
     be->set_threads(threads);
 
-    gl_dataset train, val, shape;
-    data_describe(r, &shape);
-    int64_t ntrain = r->data.synthetic.train_size, batch = r->train.batch_size;
-    if (batch > ntrain) batch = ntrain;  // a batch never holds more than the data set
-    gl_graph g;
-    if (graph_build(&g, r, shape.shape, batch, be, err) != 0 || train_check_model(r, &g, err) != 0) {
-        graph_free(&g);
+    // The data first: its loaders check files and datasets (exit 2 naming them) and give the
+    // shapes the model is built for. They own their memory, counted in the plan below.
+    loader_params lpt, lpv;
+    loader_default_params(&lpt);
+    loader_default_params(&lpv);
+    lpt.split = SPLIT_TRAIN;
+    lpv.split = SPLIT_VAL;
+    size_t loader_bytes = loader_plan_bytes(r, &lpt) + loader_plan_bytes(r, &lpv);
+    uint64_t host = arena_host_memory();
+    if (host && (double)loader_bytes > 0.9 * (double)host) {
+        fprintf(err, "%s: error: the data loaders need %.2f GiB of memory but the machine has %.2f GiB; reduce the "
+                     "data set, data.loader.prefetch or data.loader.cache\n",
+                r->file, loader_bytes / 1073741824.0, host / 1073741824.0);
         return GL_EXIT_USAGE;
     }
-    const int64_t steps_per_epoch = (ntrain + batch - 1) / batch;
+    gl_loader *lt = NULL, *lv = NULL;
+    if (loader_open(&lt, r, &lpt, err) != 0 || loader_open(&lv, r, &lpv, err) != 0) {
+        if (lt) loader_free(lt);
+        return GL_EXIT_USAGE;
+    }
+    const gl_dataset train = *loader_shape(lt), val = *loader_shape(lv);
+    int64_t batch = loader_batch_capacity(lt);
+    gl_graph g;
+    if (graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
+                    err) != 0 ||
+        train_check_model(r, &g, &train, err) != 0) {
+        graph_free(&g);
+        loader_free(lt);
+        loader_free(lv);
+        return GL_EXIT_USAGE;
+    }
+    const int64_t steps_per_epoch = loader_batches_per_epoch(lt);
     const int64_t total_steps = r->train.steps > 0 ? r->train.steps : r->train.epochs * steps_per_epoch;
     const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
 
-    // Plan every byte first, refuse what cannot fit, then allocate once.
-    size_t target_bytes = (size_t)(batch * shape.tsize) * (shape.target == TARGET_VALUES ? sizeof(float) : 4);
-    size_t bytes = g.bytes + optim_bytes(r, &g) + data_synth_bytes(r, SPLIT_TRAIN) + data_synth_bytes(r, SPLIT_VAL) +
-                   arena_round((size_t)ntrain * sizeof(int64_t)) + arena_round(target_bytes) +
-                   arena_round((size_t)batch * sizeof(int64_t)) + 8 * GL_ARENA_ALIGN;
-    uint64_t host = arena_host_memory();
-    if (host && (double)bytes > 0.9 * (double)host) {
-        fprintf(err, "%s: error: this run needs %.2f GiB of memory but the machine has %.2f GiB; reduce "
-                     "train.batch_size, the data set or the model\n",
-                r->file, bytes / 1073741824.0, host / 1073741824.0);
+    // Plan every byte of the model first, refuse what cannot fit, then allocate once.
+    size_t bytes = g.bytes + optim_bytes(r, &g) + 8 * GL_ARENA_ALIGN;
+    if (host && (double)(bytes + loader_bytes) > 0.9 * (double)host) {
+        fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has %.2f "
+                     "GiB; reduce train.batch_size, the data set or the model\n",
+                r->file, (bytes + loader_bytes) / 1073741824.0, bytes / 1073741824.0, loader_bytes / 1073741824.0,
+                host / 1073741824.0);
         graph_free(&g);
+        loader_free(lt);
+        loader_free(lv);
         return GL_EXIT_USAGE;
     }
     gl_arena arena;
@@ -161,15 +172,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     g.seed = (uint64_t)r->seed;
     gl_optim opt;
     optim_init(&opt, r, &g, &arena);
-    double t_data0 = now_s();
-    data_synth_make(r, SPLIT_TRAIN, &train, &arena);
-    data_synth_make(r, SPLIT_VAL, &val, &arena);
-    double t_data = now_s() - t_data0;
-    int64_t *perm = arena_alloc(&arena, (size_t)ntrain * sizeof(int64_t));
-    batch_buf b = {0};
-    if (shape.target == TARGET_VALUES) b.values = arena_alloc(&arena, target_bytes);
-    else b.labels = arena_alloc(&arena, target_bytes);
-    b.rows = arena_alloc(&arena, (size_t)batch * sizeof(int64_t));
+    double t_data = 0;  // preparation happens in the loaders; their waits are the data phase
     gl_loss loss;
     loss_init(&loss, r, &train);
     gl_metrics tm, vm;  // training since the last evaluation, validation
@@ -187,6 +190,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         runlog_close(&lg);
         graph_free(&g);
         arena_free(&arena);
+        loader_free(lt);
+        loader_free(lv);
         return code;
     }
     snprintf(res->run_dir, sizeof res->run_dir, "%s", lg.dir);
@@ -201,8 +206,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
                        .steps_set = r->train.steps > 0, .main_metric = main_metric(r, &train)};
     char tw[128], line[256], shp[64];
     shape_format(&train.shape, shp, sizeof shp);
-    snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_words(r->data.synthetic.kind),
-             task_words(&train), shp);
+    if (r->data.source == DATA_SOURCE_HDF5)
+        snprintf(info.data, sizeof info.data, "hdf5 %s, %s, input %s", r->data.train.files, task_words(&train), shp);
+    else
+        snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_words(r->data.synthetic.kind),
+                 task_words(&train), shp);
     lr_describe(&lr, info.lr_rule, sizeof info.lr_rule);
     if (res->target_reached == 0) target_words(r, info.target, sizeof info.target);
     runlog_banner(&lg, &info);
@@ -217,10 +225,13 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     while (step < total_steps) {
         double t0 = now_s();
         epoch = step / steps_per_epoch + 1;
-        int64_t s = (step % steps_per_epoch) * batch;
-        if (s == 0) shuffle(perm, train.n, (uint64_t)r->seed, epoch);
-        int64_t n = train.n - s < batch ? train.n - s : batch;
-        data_gather(&train, perm + s, n, g.input.data, b.labels, b.values);
+        gl_batch b;
+        if (loader_next(lt, &b, err)) {
+            code = GL_EXIT_RUNTIME;
+            goto done;
+        }
+        const int64_t n = b.n;
+        memcpy(g.input.data, b.x, sizeof(float) * (size_t)(n * g.input.size));
         double t1 = now_s();
         ph[PHASE_DATA] += t1 - t0;
         g.step = step;
@@ -240,6 +251,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
                 else fprintf(err, "every layer's output is finite, so the loss itself overflowed\n");
                 fprintf(err, "  hint: lower optimizer.lr, set optimizer.clip_norm, check the data, or set "
                              "train.nonfinite: skip\n");
+                loader_release(lt, &b);
                 code = GL_EXIT_RUNTIME;
                 goto done;
             }
@@ -263,11 +275,16 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
                                  "loss was %g\n  hint: lower optimizer.lr, set optimizer.clip_norm, or set "
                                  "train.nonfinite: skip\n",
                             norm, (long long)step, (long long)epoch, l);
+                    loader_release(lt, &b);
                     code = GL_EXIT_RUNTIME;
                     goto done;
                 }
             }
         }
+        double tr = now_s();
+        loader_release(lt, &b);  // hands the slot back to the readers: part of the data phase
+        t_now = now_s();
+        ph[PHASE_DATA] += t_now - tr;
         step++;
         seen += n;
         seen_total += n;
@@ -293,7 +310,10 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         if (!due && !last) continue;
 
         double te = now_s();
-        evaluate(&g, &loss, &val, &b, &vm);
+        if (evaluate(&g, &loss, lv, &vm, err)) {
+            code = GL_EXIT_RUNTIME;
+            goto done;
+        }
         double te2 = now_s();
         ph[PHASE_EVAL] += te2 - te;
         p = (gl_logpoint){.step = step, .epoch = epoch, .time = te2 - t_start, .loss = metrics_value(&vm, METRIC_LOSS),
@@ -364,5 +384,7 @@ done:
     runlog_close(&lg);
     graph_free(&g);
     arena_free(&arena);
+    loader_free(lt);
+    loader_free(lv);
     return code;
 }
