@@ -9,7 +9,7 @@
 //                   readers apply log1p (data.transform: log1p), as CosmoFlow does
 //   climate2d       climate/data float32 [N, S, S, C] (channels last, DeepCAM's names and layout)
 //                   climate/labels_0 int32 [N, S, S] (0 background, 1 cyclone, 2 river)
-//   fields3d        x float32 [N, 4, S, S, S]     y float32 [N, 5, S, S, S]
+//   nbody3d        x float32 [N, 4, S, S, S]     y float32 [N, 5, S, S, S]
 // Datasets are chunked (one sample per chunk, or spatial blocks of at most 1 MiB for big samples),
 // optionally gzip-compressed with the shuffle filter.
 #ifndef GALLEY_H5DATA_H
@@ -81,11 +81,28 @@ int h5src_spatial_dims(const h5src *s);
 
 h5cursor *h5cursor_new(const h5src *s);
 void h5cursor_free(h5cursor *c);
+// Whether c's last h5src_read failed because the input sample holds NaN or Inf (data.nonfinite).
+bool h5cursor_nonfinite(const h5cursor *c);
 // Reads sample i into x (shape of h5src_describe, or the full shape when off is NULL and crop
 // is set: the caller wants the whole sample) and its target into labels or values; off[d] is
 // the crop's start along spatial axis d (read as a hyperslab). Applies transform and
 // normalisation. Returns 0, or -1 with a message naming the file, dataset and sample.
 int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels,
                float *values, char *msg, size_t len);
+
+// ---- inspecting (`galley data inspect`) -------------------------------------------------------
+
+typedef struct {
+    double min, max, sum;       // over the finite values
+    int64_t count, nonfinite;   // finite values; NaN and Inf
+} h5_stats;
+
+// Statistics of a numeric dataset of an open file, streamed in hyperslabs of at most budget
+// elements (0: 1 Mi); -1 if it is not numeric or a read fails.
+int h5_dataset_stats(int64_t file, const char *name, size_t budget, h5_stats *st);
+// Prints every dataset of path (full path, shape, dtype, chunks, filters, min/max/mean) and the
+// root's galley_* attributes. GL_EXIT_USAGE for a missing or non-HDF5 file, GL_EXIT_RUNTIME when
+// a dataset cannot be read.
+int h5_inspect(const char *path, FILE *out, FILE *err);
 
 #endif

@@ -11,6 +11,9 @@
 // otherwise it is kept, smaller. Validation always covers every sample once.
 // Content. A sample's bytes depend only on (seed, epoch, sample): reading, transform, crop and
 // augmentation happen on reader threads, and any number of them gives the same batches.
+// Non-finite inputs. data.nonfinite: error fails loader_next naming file, dataset and sample;
+// skip serves the next valid sample of the same local batch (cyclically) in the bad one's place
+// (b.samples says which), so batch sizes and the order stay as above; loader_skipped counts them.
 //
 // Use:
 //   loader_params p; loader_default_params(&p);  p.split = SPLIT_TRAIN; p.rank = .., p.world = ..
@@ -51,6 +54,7 @@ typedef struct {
     int threads;        // reader threads; 0: data.loader.threads
     int prefetch;       // batch slots; 0: data.loader.prefetch
     int64_t epochs;     // epochs the run will take (staging copies what they read); 0: train.epochs
+    bool serve_only;    // benchmarks: batches of zeros copied from memory, nothing read (the loader's overhead)
 } loader_params;
 
 void loader_default_params(loader_params *p);
@@ -89,8 +93,29 @@ int loader_next(gl_loader *L, gl_batch *b, FILE *err);
 void loader_release(gl_loader *L, gl_batch *b);
 // Total seconds loader_next has waited, and batches served.
 double loader_wait_total(const gl_loader *L);
+// Input samples replaced because they held NaN/Inf (data.nonfinite: skip) in the batches
+// loader_next has served (once per epoch for a bad sample), and the first one met (file,
+// dataset, sample) into first[len] when first is not NULL.
+int64_t loader_skipped(gl_loader *L, char *first, size_t len);
 // Where staged files went (NULL: not staged).
 const char *loader_stage_dir(const gl_loader *L);
 void loader_free(gl_loader *L);
+
+// ---- benchmark (`galley data bench`) ----------------------------------------------------------
+
+// READ: files read, no transform, normalisation, augmentation or cache (synthetic data: the
+// generation at open); FULL: the loader as training uses it; SERVE: loader_params.serve_only.
+enum { LOADER_BENCH_READ = 0, LOADER_BENCH_FULL = 1, LOADER_BENCH_SERVE = 2 };
+
+typedef struct {
+    int64_t samples, batches, batch, skipped;
+    int threads;
+    double seconds, open_s;  // serving the batches; opening (synthetic READ: generating, = seconds)
+    double sample_bytes;     // one sample as served: x and target as 4-byte items
+} loader_bench_result;
+
+// Serves steps training batches (0: one epoch) of r's training split in mode, one rank.
+// GL_EXIT_USAGE if the split cannot be opened, GL_EXIT_RUNTIME if a read fails (printed to err).
+int loader_bench(const recipe_t *r, int mode, int64_t steps, loader_bench_result *res, FILE *err);
 
 #endif

@@ -33,7 +33,8 @@ enum { DATA_TARGET_CLASS = 0, DATA_TARGET_MASK = 1, DATA_TARGET_VALUES = 2 };
 enum { DATA_TRANSFORM_NONE = 0, DATA_TRANSFORM_LOG1P = 1 };
 enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
 enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
-enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_FIELDS3D };
+enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
+enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D };
 enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
@@ -61,6 +62,7 @@ typedef struct {
         gl_floats mean, std, min, max;                      // per channel, or one for all
         const char *stats;                                  // NULL: none
         bool file_locking;
+        int nonfinite;      // DATA_NONFINITE_*: NaN/Inf in an input sample
         struct {
             int64_t threads, prefetch;
             bool drop_last;

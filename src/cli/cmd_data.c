@@ -1,13 +1,16 @@
-// cmd_data.c: `galley data synth KIND OUT [key=value ...]`: a synthetic data set as HDF5.
+// cmd_data.c: `galley data synth KIND OUT [key=value ...]`: a synthetic data set as HDF5;
+// `galley data inspect FILE.h5`: what a file holds; `galley data bench RECIPE`: loader throughput.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli_internal.h"
 #include "galley/check.h"
 #include "galley/cli.h"
 #include "galley/h5data.h"
+#include "galley/loader.h"
 
-static const char *const kinds[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d", NULL};
+static const char *const kinds[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d", NULL};
 
 static int parse_i64(const char *v, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
@@ -19,7 +22,7 @@ static int parse_i64(const char *v, int64_t lo, int64_t hi, int64_t *out) {
 
 static int synth_usage(FILE *out) {
     fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n\n"
-          "Writes the synthetic data set KIND (spirals, blobs, shapes2d, cosmo3d, climate2d, fields3d) to OUT.h5,\n"
+          "Writes the synthetic data set KIND (spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d) to OUT.h5,\n"
           "the same samples `data.synthetic` generates in memory for the same seed, split and sizes.\n"
           "keys: n=256 (samples)  size=32 (edge)  seed=42  split=train|val  classes=3  channels=0 (kind's own)\n"
           "      features=2  noise=0.1  compress=0 (gzip level 0-9)  per_file=false (OUT is a directory of\n"
@@ -45,7 +48,7 @@ static int cmd_synth(int argc, char **argv) {
         if (!strcmp(argv[0], kinds[i])) p.kind = i;
     if (p.kind < 0) {
         fprintf(stderr, "galley: error: unknown synthetic kind '%s' (one of spirals, blobs, shapes2d, cosmo3d, "
-                        "climate2d, fields3d)\n", argv[0]);
+                        "climate2d, nbody3d)\n", argv[0]);
         return GL_EXIT_USAGE;
     }
     for (int i = 2; i < argc; i++) {
@@ -95,12 +98,71 @@ static int cmd_synth(int argc, char **argv) {
     return GL_EXIT_OK;
 }
 
+static int cmd_inspect(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help"))) return cli_help_for("data", stdout), 0;
+    if (argc != 1) {
+        fprintf(stderr, "usage: galley data inspect FILE.h5\n");
+        return GL_EXIT_USAGE;
+    }
+    return h5_inspect(argv[0], stdout, stderr);
+}
+
+static int cmd_bench(int argc, char **argv) {
+    int64_t steps = 0;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {  // steps=N is the benchmark's own; the rest go to the recipe
+        if (!strncmp(argv[i], "steps=", 6)) {
+            if (parse_i64(argv[i] + 6, 1, 100000000, &steps)) {
+                fprintf(stderr, "galley: error: bad value '%s' for steps (a positive number of batches)\n", argv[i] + 6);
+                return GL_EXIT_USAGE;
+            }
+            continue;
+        }
+        argv[n++] = argv[i];
+    }
+    recipe_t r;
+    int rc = cli_load_recipe("data", n, argv, &r);
+    if (rc) return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
+    static const char *const modes[] = {"read", "full", "synthetic"};
+    static const char *const what[] = {"files read only: no transform, normalisation, augmentation or cache",
+                                       "the loader as training uses it: read, transform, augment",
+                                       "batches copied from memory, nothing read: the loader's own overhead"};
+    loader_bench_result res[3];
+    for (int m = 0; m < 3 && rc == 0; m++) {
+        rc = loader_bench(&r, m, steps, &res[m], stderr);
+        if (rc) break;
+        if (m == 0) {
+            int big = res[m].sample_bytes >= 1024;
+            printf("galley data bench %s: training split, %s data, batch %lld, %d reader threads, prefetch %lld, "
+                   "%.*f %s per sample (float32)\n",
+                   argv[0], r.data.source == DATA_SOURCE_HDF5 ? "hdf5" : "synthetic", (long long)res[m].batch,
+                   res[m].threads, (long long)r.data.loader.prefetch, big ? 1 : 0, big ? res[m].sample_bytes / 1024 : res[m].sample_bytes,
+                   big ? "KiB" : "bytes");
+            printf("  %-9s %12s %10s %8s %9s  %s\n", "mode", "samples/s", "MB/s", "samples", "seconds", "what");
+        }
+        const loader_bench_result *q = &res[m];
+        double sps = q->seconds > 0 ? (double)q->samples / q->seconds : 0;
+        const char *w = m == 0 && r.data.source == DATA_SOURCE_SYNTHETIC
+                            ? "generating the split in memory (synthetic data's read)" : what[m];
+        printf("  %-9s %12.1f %10.1f %8lld %9.3f  %s\n", modes[m], sps, sps * q->sample_bytes / 1e6,
+               (long long)q->samples, q->seconds, w);
+        if (q->skipped) printf("            (%lld samples with NaN/Inf skipped)\n", (long long)q->skipped);
+    }
+    if (rc == 0)
+        printf("MB/s counts samples as served (inputs and targets, 4 bytes each); files read twice may come from the "
+               "page cache\n");
+    recipe_free(&r);
+    return rc;
+}
+
 int cmd_data(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
         cli_help_for("data", argc < 1 ? stderr : stdout);
         return argc < 1 ? GL_EXIT_USAGE : GL_EXIT_OK;
     }
     if (!strcmp(argv[0], "synth")) return cmd_synth(argc - 1, argv + 1);
-    fprintf(stderr, "galley: error: unknown data command '%s' (synth)\n", argv[0]);
+    if (!strcmp(argv[0], "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[0], "bench")) return cmd_bench(argc - 1, argv + 1);
+    fprintf(stderr, "galley: error: unknown data command '%s' (synth, inspect, bench)\n", argv[0]);
     return GL_EXIT_USAGE;
 }

@@ -17,7 +17,8 @@ void cli_usage(FILE *out) {
           "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
           "                                 of one or more runs\n"
           "  info                           version, build features, CPU, GPUs, MPI and NCCL\n"
-          "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"
+          "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"          "  data inspect FILE.h5           datasets, shapes, dtypes, chunks, filters, min/max/mean\n"
+          "  data bench RECIPE [k=v]        the data loader's throughput alone (read, full, synthetic)\n"
           "  help [COMMAND | recipe]        help for a command, or the recipe reference\n"
           "  --version, --help\n"
           "\n"
@@ -65,10 +66,22 @@ int cli_help_for(const char *c, FILE *out) {
               "runtime, and whether NCCL can be loaded.\n",
               out);
     } else if (!strcmp(c, "data")) {
-        fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n\n"
-              "Writes a synthetic data set (spirals, blobs, shapes2d, cosmo3d, climate2d, fields3d) as HDF5, the\n"
-              "same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
-              "`galley data synth --help` lists the keys and the datasets written.\n",
+        fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n"
+              "       galley data inspect FILE.h5\n"
+              "       galley data bench RECIPE [key=value ...] [steps=N]\n\n"
+              "synth writes a synthetic data set (spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d) as HDF5,\n"
+              "the same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
+              "`galley data synth --help` lists the keys and the datasets written.\n\n"
+              "inspect lists every dataset of an HDF5 file: path, shape, dtype, chunks, filters (gzip, shuffle,\n"
+              "...) and min/max/mean of its values (read once, in blocks: memory stays bounded), with a count\n"
+              "of NaN/Inf if any, then the root's galley_* attributes. Exit 2: missing or not an HDF5 file.\n\n"
+              "bench measures the loader alone on the recipe's training split, as the NERSC tutorial's benchy:\n"
+              "  read       files read only: no transform, normalisation, augmentation or cache (synthetic\n"
+              "             data: generating the split in memory)\n"
+              "  full       the loader as training uses it: read, transform, augment\n"
+              "  synthetic  batches copied from memory, nothing read: the loader's own overhead\n"
+              "each in samples/s and MB/s, with data.loader.threads reader threads (override it, e.g.\n"
+              "data.loader.threads=2). steps=N batches per mode (default: one epoch).\n",
               out);
     } else if (!strcmp(c, "help")) {
         fputs("usage: galley help [COMMAND | recipe]\n\n"

@@ -50,6 +50,7 @@ struct h5cursor {
     hid_t f, dx, dy;
     float *scratch;  // one full sample (x or field target), for channels-last reads
     int32_t *iscratch;
+    bool nonfinite;  // the last read failed because x holds NaN or Inf
 };
 
 // ---- file lists ------------------------------------------------------------------------------
@@ -537,6 +538,8 @@ static void cursor_close(h5cursor *c) {
     c->file = -1;
 }
 
+bool h5cursor_nonfinite(const h5cursor *c) { return c->nonfinite; }
+
 void h5cursor_free(h5cursor *c) {
     if (!c) return;
     cursor_close(c);
@@ -597,6 +600,7 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
                char *msg, size_t len) {
     int64_t j;
     int fi = h5src_file_of(s, i, &j);
+    c->nonfinite = false;
     const char *path = s->files[fi].path;
     if (c->file != fi) {
         cursor_close(c);
@@ -630,6 +634,7 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
             if (!isfinite(a)) {
                 snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element "
                          "%lld", path, s->xname, (long long)i, (long long)j, a, (long long)q, (long long)v);
+                c->nonfinite = true;
                 return -1;
             }
             if (s->transform == DATA_TRANSFORM_LOG1P) a = log1pf(a);

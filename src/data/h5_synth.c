@@ -17,7 +17,7 @@
 #define GALLEY_VERSION "dev"
 #endif
 
-static const char *const kind_names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d"};
+static const char *const kind_names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d"};
 
 void h5_synth_default_params(h5_synth_params *p) {
     memset(p, 0, sizeof *p);
@@ -79,7 +79,7 @@ static naming naming_of(int kind) {
     switch (kind) {
     case SYNTH_COSMO3D: return (naming){"x", "y", "channels_first", "log1p", "values"};
     case SYNTH_CLIMATE2D: return (naming){"climate/data", "climate/labels_0", "channels_last", "none", "mask"};
-    case SYNTH_FIELDS3D: return (naming){"x", "y", "channels_first", "none", "values"};
+    case SYNTH_NBODY3D: return (naming){"x", "y", "channels_first", "none", "values"};
     default: return (naming){"x", "y", "channels_first", "none", "class"};
     }
 }

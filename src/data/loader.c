@@ -33,11 +33,12 @@ typedef struct {
     int state;
     int64_t k, n, global_n, epoch, index;
     bool last;
-    int64_t claimed, done;
+    int64_t claimed, done, skipped;
     int failed;
     float *x, *values;
     int32_t *labels;
-    int64_t *samples;
+    int64_t *samples;  // served (a skipped sample's replacement in its place)
+    int64_t *order;    // as the order and shard say
 } slot;
 
 typedef struct {
@@ -57,6 +58,10 @@ struct gl_loader {
     int tspatial;      // target follows x's geometry: 0 no, 1 mask, 2 field
     augment_params aug;
     float noise;
+    bool skip_nonfinite;  // data.nonfinite: skip
+    bool serve_only;      // loader_params.serve_only
+    atomic_llong skipped;
+    char skip_first[1024];
 
     gl_dataset mem;    // synthetic: the split in memory
     gl_arena arena;    // slots, cache, perm, in-memory data
@@ -122,7 +127,7 @@ static void make_plan(const recipe_t *r, const loader_params *p, const gl_datase
 static size_t slot_bytes(const load_plan *pl) {
     size_t tb = (size_t)pl->shape.tsize * 4;
     return arena_round((size_t)(pl->cap * pl->shape.size) * sizeof(float)) + arena_round((size_t)pl->cap * tb) +
-           arena_round((size_t)pl->cap * sizeof(int64_t));
+           2 * arena_round((size_t)pl->cap * sizeof(int64_t));
 }
 
 static size_t arena_bytes(const recipe_t *r, const loader_params *p, const load_plan *pl) {
@@ -256,8 +261,7 @@ static void crop_copy(int nd, int64_t ch, const int64_t *full, const int64_t *of
             }
 }
 
-static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, char *msg, size_t len) {
-    const int64_t i = s->samples[pos];
+static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64_t i, char *msg, size_t len) {
     augment_plan plan;
     augment_draw(&L->aug, L->seed, s->epoch, i, L->nd, L->full, L->train, &plan);
     const float *x = NULL, *v = NULL;
@@ -334,6 +338,40 @@ static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, char *msg,
     return 0;
 }
 
+// Sample pos of slot s. With data.nonfinite: skip, an input holding NaN/Inf is replaced by the
+// next valid sample of the same local batch (cyclically, in the batch's order), so the content
+// still depends only on (seed, epoch, sample) and the local batch keeps its size.
+static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, int *skipped, char *msg, size_t len) {
+    *skipped = 0;
+    if (L->serve_only) {  // the loader's own overhead: a copy from memory, nothing read or computed
+        s->samples[pos] = s->order[pos];
+        memcpy(s->x + pos * L->shape.size, w->fx, (size_t)L->shape.size * sizeof(float));
+        void *t = s->labels ? (void *)(s->labels + pos * L->shape.tsize) : (void *)(s->values + pos * L->shape.tsize);
+        memcpy(t, w->at, (size_t)L->shape.tsize * 4);
+        return 0;
+    }
+    for (int64_t t = 0; t < s->n; t++) {
+        int64_t i = s->order[(pos + t) % s->n];
+        int rc = make_sample_from(L, w, s, pos, i, msg, len);
+        if (rc == 0) {
+            s->samples[pos] = i;
+            *skipped = t > 0;
+            return 0;
+        }
+        if (!L->skip_nonfinite || !w->cur || !h5cursor_nonfinite(w->cur)) return -1;
+        if (t == 0) {
+            pthread_mutex_lock(&L->mu);
+            if (!L->skip_first[0]) snprintf(L->skip_first, sizeof L->skip_first, "%s", msg);
+            pthread_mutex_unlock(&L->mu);
+        }
+    }
+    char last[720];
+    snprintf(last, sizeof last, "%.700s", msg);
+    snprintf(msg, len, "data.nonfinite is skip, but every sample of a local batch holds NaN or Inf (epoch %lld, batch "
+             "%lld; the last: %s)", (long long)s->epoch, (long long)s->index, last);
+    return -1;
+}
+
 // ---- the ring --------------------------------------------------------------------------------
 
 // Sets up slot f for stream batch k (under the lock).
@@ -345,10 +383,10 @@ static void start_batch(gl_loader *L, slot *f, int64_t k) {
     }
     int64_t start = index * L->batch, len = n - start < L->batch ? n - start : L->batch, lo, cnt;
     loader_shard(len, L->rank, L->world, &lo, &cnt);
-    for (int64_t j = 0; j < cnt; j++) f->samples[j] = L->train ? L->perm[start + lo + j] : start + lo + j;
+    for (int64_t j = 0; j < cnt; j++) f->order[j] = f->samples[j] = L->train ? L->perm[start + lo + j] : start + lo + j;
     f->k = k, f->n = cnt, f->global_n = len, f->epoch = epoch, f->index = index;
     f->last = index == L->bpe - 1;
-    f->claimed = f->done = 0;
+    f->claimed = f->done = f->skipped = 0;
     f->failed = 0;
     f->state = cnt > 0 ? SLOT_FILLING : SLOT_READY;
 }
@@ -364,8 +402,10 @@ static void *reader_main(void *arg) {
         if (s && s->state == SLOT_FILLING && s->claimed < s->n) {
             int64_t pos = s->claimed++;
             pthread_mutex_unlock(&L->mu);
-            int rc = make_sample(L, w, s, pos, msg, sizeof msg);
+            int skipped;
+            int rc = make_sample(L, w, s, pos, &skipped, msg, sizeof msg);
             pthread_mutex_lock(&L->mu);
+            s->skipped += skipped;
             if (rc) {
                 if (!s->failed) snprintf(L->err, sizeof L->err, "%s", msg);
                 s->failed = 1;
@@ -430,6 +470,9 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->aug.rotate = r->data.augment.rotate;
     L->aug.pad = r->data.augment.pad_crop;
     L->noise = (float)r->data.augment.noise;
+    L->skip_nonfinite = r->data.source == DATA_SOURCE_HDF5 && r->data.nonfinite == DATA_NONFINITE_SKIP;
+    L->serve_only = p->serve_only;
+    atomic_init(&L->skipped, 0);
     if (L->train && L->aug.rotate && L->nd >= 2) {
         for (int k = 1; k < L->nd; k++)
             if (d.shape.d[1 + k] != d.shape.d[1]) {
@@ -469,6 +512,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         if (d.target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d.tsize);
         else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d.tsize) * 4);
         s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
+        s->order = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
     }
     if (L->src && r->data.loader.stage && stage_files(L, r, p, err)) {
         loader_free(L);
@@ -483,11 +527,11 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     for (int t = 0; t < L->nthreads; t++) {
         worker *w = &L->w[t];
         w->cur = L->src ? h5cursor_new(L->src) : NULL;
-        w->fx = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
+        w->fx = gl_xcalloc((size_t)L->xfull_n, sizeof(float));  // zero: what serve_only copies
         w->ft = gl_xmalloc((size_t)L->tfull_n * sizeof(float));
         w->ax = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
         w->bx = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
-        w->at = gl_xmalloc((size_t)big * sizeof(float));
+        w->at = gl_xcalloc((size_t)big, sizeof(float));
         w->bt = gl_xmalloc((size_t)big * sizeof(float));
     }
     L->started = 1;
@@ -504,6 +548,15 @@ const gl_dataset *loader_shape(const gl_loader *L) { return &L->shape; }
 int64_t loader_batches_per_epoch(const gl_loader *L) { return L->bpe; }
 int64_t loader_batch_capacity(const gl_loader *L) { return L->cap; }
 double loader_wait_total(const gl_loader *L) { return L->wait_total; }
+int64_t loader_skipped(gl_loader *L, char *first, size_t len) {
+    int64_t n = atomic_load(&L->skipped);
+    if (first && len) {
+        pthread_mutex_lock(&L->mu);
+        snprintf(first, len, "%s", L->skip_first);
+        pthread_mutex_unlock(&L->mu);
+    }
+    return n;
+}
 const char *loader_stage_dir(const gl_loader *L) { return L->stage_dir; }
 
 int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
@@ -513,6 +566,7 @@ int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
     while (!(s->state == SLOT_READY && s->k == L->next_out)) pthread_cond_wait(&L->cv, &L->mu);
     s->state = SLOT_IN_USE;
     L->next_out++;
+    atomic_fetch_add(&L->skipped, s->skipped);  // counted when served, not when prefetched
     int failed = s->failed;
     char msg[1024];
     if (failed) snprintf(msg, sizeof msg, "%s", L->err);

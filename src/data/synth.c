@@ -39,7 +39,7 @@ void data_describe(const recipe_t *r, gl_dataset *d) {
         d->tshape = (gl_shape){2, {s, s}};
         d->classes = 3;  // background, cyclone, river (DeepCAM's classes)
         break;
-    case SYNTH_FIELDS3D:
+    case SYNTH_NBODY3D:
         d->shape = (gl_shape){4, {4, s, s, s}};
         d->target = TARGET_VALUES;
         d->tshape = (gl_shape){4, {5, s, s, s}};
@@ -71,7 +71,7 @@ void data_synth_make(const recipe_t *r, int split, gl_dataset *d, gl_arena *a) {
     case SYNTH_SHAPES2D: synth_shapes2d(r, split, d); break;
     case SYNTH_COSMO3D: synth_cosmo3d(r, split, d); break;
     case SYNTH_CLIMATE2D: synth_climate2d(r, split, d); break;
-    case SYNTH_FIELDS3D: synth_fields3d(r, split, d); break;
+    case SYNTH_NBODY3D: synth_nbody3d(r, split, d); break;
     default: GL_CHECK(0, "unknown synthetic kind");
     }
 }

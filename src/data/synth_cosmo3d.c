@@ -11,7 +11,7 @@
 //   2. Channel c is the field at redshift z_c = 3 c / (C - 1): growth D_c = (1 + z_c)^-(0.8 + 0.3 p3)
 //      (p3 also sets the mean density below), amplitude a_c = A D_c with A = 0.7 * 2^(0.6 p1) (p1).
 //   3. A lognormal density rho = exp(a_c delta - a_c^2 / 2) (mean 1, skewed like late-time
-//      structure) becomes expected particle counts nbar * rho with nbar = 6 * 2^(0.4 p3), and,
+//      structure) becomes particle counts round(nbar * rho) with nbar = 6 * 2^(0.4 p3), and,
 //      as CosmoFlow preprocesses its counts, x = log(1 + counts) + Gaussian noise of std
 //      data.synthetic.noise.
 // Cost: O(S^3 (3 * kernel width + C)) per sample; no FFT.
@@ -77,9 +77,12 @@ void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
             float a = (float)(amp * pow(1.0 + z, -growth)), off = -0.5f * a * a + (float)log(nbar);
             float *xc = x + c * vol;
             for (int64_t v = 0; v < vol; v++) {
-                float counts = expf(a * delta[v] + off);
+                // Whole particle counts, as CosmoFlow's histograms hold, within int16 (its file
+                // type); log1pf, as the HDF5 reader applies, so a file written by `galley data
+                // synth` reads back to exactly these values.
+                float counts = rintf(fminf(expf(a * delta[v] + off), 32767.0f));
                 uint64_t j = (uint64_t)(c * vol + v);
-                xc[v] = logf(1.0f + counts) + noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
+                xc[v] = log1pf(counts) + noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, j));
             }
         }
     }

@@ -12,7 +12,7 @@ void synth_blobs(const recipe_t *r, int split, gl_dataset *d);
 void synth_shapes2d(const recipe_t *r, int split, gl_dataset *d);
 void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d);
 void synth_climate2d(const recipe_t *r, int split, gl_dataset *d);
-void synth_fields3d(const recipe_t *r, int split, gl_dataset *d);
+void synth_nbody3d(const recipe_t *r, int split, gl_dataset *d);
 
 // Approximately standard normal from one 64-bit draw (Irwin-Hall of four 16-bit uniforms).
 float synth_gauss4(uint64_t u);

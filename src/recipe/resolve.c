@@ -270,8 +270,9 @@ void resolve_section(rctx *c, const key_spec *keys, const yt_node *node, void *b
         const yt_node *v = node ? yt_map_get(node, k->name) : NULL;
         void *dst = (char *)base + k->offset;
         if (k->applies && !k->applies(base)) {
-            // An explicit null for an optional key says "not set", which is no conflict.
-            if (v && !(k->flag == KF_OPTIONAL && is_null(v)))
+            // An explicit null says "not set", which is no conflict (it lets an override switch
+            // a section off: data.synthetic=null with data.source=hdf5).
+            if (v && !is_null(v))
                 rctx_error(c, v->mark, sub, "applies only when %s; remove it", k->when);
             if (k->type != KT_SECTION && k->type != KT_LAYERS) resolve_default(c, k, dst);
             continue;

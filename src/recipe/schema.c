@@ -32,7 +32,8 @@ static const char *const target_kind_choices[] = {"class", "mask", "values", NUL
 static const char *const transform_choices[] = {"none", "log1p", NULL};
 static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
 static const char *const cache_choices[] = {"none", "memory", NULL};
-static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d", NULL};
+static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
+static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
 static const char *const opt_choices[] = {"sgd", "adamw", "lamb", NULL};
@@ -47,7 +48,7 @@ static const key_spec synthetic_keys[] = {
      "blobs: one Gaussian cluster per class; shapes2d: images of geometric shapes, one class per shape; "
      "cosmo3d: 3D Gaussian random fields whose power spectrum depends on 4 parameters to regress "
      "(CosmoFlow-like, log1p-scaled counts); climate2d: multi-channel 2D fields with cyclone-like vortices "
-     "and river-like bands, a 3-class mask per pixel (DeepCAM-like); fields3d: 4-channel 3D fields to map "
+     "and river-like bands, a 3-class mask per pixel (DeepCAM-like); nbody3d: 4-channel 3D fields to map "
      "to 5 derived channels (the SC22 U-Net's Nbody to Hydro task)"},
     {"classes", KT_INT, KF_DEFAULT, "3", 2, 1000, NULL, OFF(data.synthetic.classes), NULL,
      "number of classes (shapes2d: at most 6)", has_classes, "data.synthetic.kind is spirals, blobs or shapes2d"},
@@ -55,7 +56,7 @@ static const key_spec synthetic_keys[] = {
      "input features per sample", is_vector_kind, "data.synthetic.kind is spirals or blobs"},
     {"size", KT_INT, KF_DEFAULT, "32", 4, 4096, NULL, OFF(data.synthetic.size), NULL,
      "edge length of each image or volume (CosmoFlow's full size is 128)", is_field_kind,
-     "data.synthetic.kind is shapes2d, cosmo3d, climate2d or fields3d"},
+     "data.synthetic.kind is shapes2d, cosmo3d, climate2d or nbody3d"},
     {"channels", KT_INT, KF_DEFAULT, "0", 0, 64, NULL, OFF(data.synthetic.channels), NULL,
      "input channels; 0 means the kind's own (shapes2d 3, cosmo3d 4, climate2d 16)", has_channels,
      "data.synthetic.kind is shapes2d, cosmo3d or climate2d"},
@@ -175,6 +176,10 @@ static const key_spec data_keys[] = {
     {"file_locking", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.file_locking), NULL,
      "HDF5 file locking (off by default: it fails on Lustre and some NFS); the HDF5_USE_FILE_LOCKING "
      "environment variable, when set, wins",
+     is_hdf5, "data.source is hdf5"},
+    {"nonfinite", KT_ENUM, KF_DEFAULT, "error", NO_RANGE, data_nonfinite_choices, OFF(data.nonfinite), NULL,
+     "an input sample holding NaN or Inf: error (stop, naming the file, dataset and sample) or skip (serve the "
+     "next valid sample of the same rank's batch in its place, deterministically; the count is reported)",
      is_hdf5, "data.source is hdf5"},
     {"loader", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, loader_keys,
      "how samples are read: reader threads, prefetch depth, cache, staging"},

@@ -75,8 +75,8 @@ static int main_metric(const recipe_t *r, const gl_dataset *d) {
 }
 
 static const char *synth_words(int kind) {
-    static const char *const names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "fields3d"};
-    return kind >= 0 && kind <= SYNTH_FIELDS3D ? names[kind] : "?";
+    static const char *const names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d"};
+    return kind >= 0 && kind <= SYNTH_NBODY3D ? names[kind] : "?";
 }
 
 // Cumulative phase times as of `now` (OTHER: the rest of the wall time since t_start).
@@ -354,6 +354,13 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         t_mark = t_now = now_s();
     }
 done:
+    {
+        char first[1024];
+        int64_t k = loader_skipped(lt, first, sizeof first);
+        if (k)
+            fprintf(out, "galley: data.nonfinite: skip replaced %lld input samples holding NaN/Inf (first: %s)\n",
+                    (long long)k, first);
+    }
     if (code == GL_EXIT_RUNTIME && w.steps > 0)  // the steps before the failure, for the record
         window_log(&lg, &w, &lr, ph, step, epoch, t_start, now_s(), false);
     res->steps = step;

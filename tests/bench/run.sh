@@ -133,7 +133,12 @@ if [[ -z ${GALLEY:-} ]]; then
     done
     [[ $built == 1 ]] || { warn "could not build galley"; exit 1; }
     GALLEY=$ROOT/build-bench/galley
+    # what was built: the commit, and whether the tree had edits on top of it
+    GALLEY_SRC="built from $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')"
+    dirty=$(git -C "$ROOT" status --porcelain -- src include CMakeLists.txt cmake 2>/dev/null | wc -l)
+    [[ $dirty == 0 ]] || GALLEY_SRC+=" with uncommitted changes to $dirty files under src/, include/, cmake/"
 fi
+GALLEY_SRC=${GALLEY_SRC:-"$GALLEY as given"}
 [[ -x $GALLEY ]] || { warn "no galley binary at $GALLEY"; exit 1; }
 
 # --- 2. sgemm peak ---------------------------------------------------------------------------
@@ -253,7 +258,7 @@ run_pass() {
 
 ENV_DESC="OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-(unset)}"
 say ""
-say "== galley $("$GALLEY" --version 2>&1 | head -1) | torch $V_PYPI (PyPI) | torch $V_DEB (Debian)"
+say "== galley $("$GALLEY" --version 2>&1 | head -1) ($GALLEY_SRC) | torch $V_PYPI (PyPI) | torch $V_DEB (Debian)"
 say "   $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores; load average $(loadavg)"
 say "   environment: $ENV_DESC"
 
@@ -267,8 +272,8 @@ CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) core
 RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 RUN_MIN=$(((T_END - T_START + 30) / 60))
 MFLOPS_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "${MFLOPS[$m]}"; done)
-export WORK RAW RESULTS V_PYPI V_DEB ENV_DESC MODELS THREADS SECS REPEAT GALLEY_VERSION CPU_DESC RUN_DATE \
-    RUN_MIN MFLOPS_DESC
+export WORK RAW RESULTS V_PYPI V_DEB ENV_DESC MODELS THREADS SECS REPEAT GALLEY_VERSION GALLEY_SRC CPU_DESC \
+    RUN_DATE RUN_MIN MFLOPS_DESC
 "$DEB_PY" - <<'EOF'
 import os
 
@@ -324,7 +329,7 @@ out = []
 out.append("# Galley vs PyTorch: CPU training throughput")
 out.append("")
 out.append(f"Written by `tests/bench/run.sh` on {W['RUN_DATE']} ({W['RUN_MIN']} min).")
-out.append(f"Machine: {W['CPU_DESC']}. galley: {W['GALLEY_VERSION']}. "
+out.append(f"Machine: {W['CPU_DESC']}. galley: {W['GALLEY_VERSION']} ({W['GALLEY_SRC']}). "
            f"PyTorch: {W['V_PYPI']} (PyPI), {W['V_DEB']} (Debian python3-torch).")
 out.append("")
 out.append("Each number is training samples/s (higher is better), the best over threads "
@@ -341,6 +346,10 @@ out.append("Reading the numbers: every process on the machine shares its cores, 
            "threads then wait at every parallel region for the one that lost its core, and a 2-thread "
            "run can fall to a fraction of the 1-thread one. The best over thread counts and repeats "
            "is what the tables show.")
+if W["ENV_DESC"].count("(unset)") == 2:
+    out.append("")
+    out.append("The environment set neither OpenBLAS variable, so the two passes ran the same "
+               "configuration: where they differ, that is the machine's load and run-to-run noise.")
 for p, desc in passes:
     core, pk = sg[p]
     ls = open(os.path.join(W["WORK"], "load_start." + p)).read().strip()

@@ -28,7 +28,7 @@ h5py_python() {
 PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
 
 cd "$GL_TMP"
-for kind in spirals shapes2d cosmo3d climate2d fields3d; do
+for kind in spirals shapes2d cosmo3d climate2d nbody3d; do
     run "$GALLEY" data synth "$kind" "$kind.h5" n=6 size=12 seed=5 compress=4
     assert_rc 0
     assert_contains "$OUT" "wrote $kind.h5"
@@ -58,9 +58,9 @@ x, a = check("climate2d.h5", "climate/data", "<f4", (6, 12, 12, 16))
 assert s(a["galley_layout"]) == "channels_last" and s(a["galley_y"]) == "climate/labels_0", a
 m, _ = check("climate2d.h5", "climate/labels_0", "<i4", (6, 12, 12))
 assert set(np.unique(m)) <= {0, 1, 2}
-x, a = check("fields3d.h5", "x", "<f4", (6, 4, 12, 12, 12)); check("fields3d.h5", "y", "<f4", (6, 5, 12, 12, 12))
-assert s(a["galley_kind"]) == "fields3d" and int(a["galley_seed"]) == 5 and int(a["galley_size"]) == 12, a
-with h5py.File("fields3d.h5", "r") as f:
+x, a = check("nbody3d.h5", "x", "<f4", (6, 4, 12, 12, 12)); check("nbody3d.h5", "y", "<f4", (6, 5, 12, 12, 12))
+assert s(a["galley_kind"]) == "nbody3d" and int(a["galley_seed"]) == 5 and int(a["galley_size"]) == 12, a
+with h5py.File("nbody3d.h5", "r") as f:
     assert f["x"].chunks is not None and f["x"].compression == "gzip", (f["x"].chunks, f["x"].compression)
 files = sorted(glob.glob("deepcam/sample-*.h5"))
 assert len(files) == 3, files

@@ -145,7 +145,7 @@ static const rt_case cases[] = {
     {SYNTH_SHAPES2D, "", "  classes: 3\n"},
     {SYNTH_COSMO3D, "", "  target: values\n  transform: log1p\n"},
     {SYNTH_CLIMATE2D, "x: climate/data, y: climate/labels_0", "  target: mask\n  classes: 3\n  layout: channels_last\n"},
-    {SYNTH_FIELDS3D, "", "  target: values\n"},
+    {SYNTH_NBODY3D, "", "  target: values\n"},
 };
 
 static void test_synth_round_trip_every_kind(void **st) {

@@ -1,4 +1,4 @@
-// test_synth.c: the synthetic science data sets (shapes2d, cosmo3d, climate2d, fields3d):
+// test_synth.c: the synthetic science data sets (shapes2d, cosmo3d, climate2d, nbody3d):
 // shapes and ranges, a pure function of (seed, split, sample) whatever the thread count, and
 // signals a model can learn (a cheap statistic per kind).
 #include "testlib.h"
@@ -28,7 +28,7 @@ static kind_info kinds[] = {
     [K_SHAPES] = {"shapes2d", 16, ", classes: 6", 3, 3, TARGET_CLASS, 1, 1, 6, -2.2f, 2.2f},
     [K_COSMO] = {"cosmo3d", 16, "", 4, 4, TARGET_VALUES, 1, 4, 0, -0.5f, 12.0f},
     [K_CLIMATE] = {"climate2d", 32, "", 3, 16, TARGET_MASK, 2, 0, 3, -12.0f, 12.0f},
-    [K_FIELDS] = {"fields3d", 16, "", 4, 4, TARGET_VALUES, 4, 5, 0, -8.0f, 8.0f},
+    [K_FIELDS] = {"nbody3d", 16, "", 4, 4, TARGET_VALUES, 4, 5, 0, -8.0f, 8.0f},
 };
 
 typedef struct {
@@ -360,7 +360,7 @@ static void test_climate2d_mask_classes_and_signals(void **state)
 // Targets are the documented local functions of the clean inputs: the speed target is
 // 2 tanh(0.6 |v|) - 1 of channels 1..3 at the same voxel, the compression target tanh(-0.8 div v)
 // with central differences; and the gas density follows the log density.
-static void test_fields3d_targets_follow_inputs(void **state)
+static void test_nbody3d_targets_follow_inputs(void **state)
 {
     (void)state;
     synth s;
@@ -379,20 +379,20 @@ static void test_fields3d_targets_follow_inputs(void **state)
                     double speed = sqrt((double)vx[v] * vx[v] + (double)vy[v] * vy[v] + (double)vz[v] * vz[v]);
                     double want = 2.0 * tanh(0.6 * speed) - 1.0;
                     if (fabs(t[2 * vol + v] - want) > 1e-4)
-                        fail_msg("fields3d: sample %lld voxel %lld: speed target %g, expected %g", (long long)i,
+                        fail_msg("nbody3d: sample %lld voxel %lld: speed target %g, expected %g", (long long)i,
                                  (long long)v, t[2 * vol + v], want);
                     double div = 0.5 * ((AT(vx, 0, 0, 1) - AT(vx, 0, 0, -1)) + (AT(vy, 0, 1, 0) - AT(vy, 0, -1, 0)) +
                                         (AT(vz, 1, 0, 0) - AT(vz, -1, 0, 0)));
 #undef AT
                     want = tanh(-0.8 * div);
                     if (fabs(t[4 * vol + v] - want) > 1e-4)
-                        fail_msg("fields3d: sample %lld voxel %lld: compression target %g, expected %g", (long long)i,
+                        fail_msg("nbody3d: sample %lld voxel %lld: compression target %g, expected %g", (long long)i,
                                  (long long)v, t[4 * vol + v], want);
                     if (m < 4096) a[m] = x[v], b[m] = t[v], m++;
                 }
         double r = pearson(a, b, m);
         if (!(r > 0.7))
-            fail_msg("fields3d: sample %lld: gas density vs log density r = %g, expected > 0.7", (long long)i, r);
+            fail_msg("nbody3d: sample %lld: gas density vs log density r = %g, expected > 0.7", (long long)i, r);
     }
     synth_free(&s);
 }
@@ -410,13 +410,13 @@ int main(void)
         KIND_TESTS(K_SHAPES, "shapes2d"),
         KIND_TESTS(K_COSMO, "cosmo3d"),
         KIND_TESTS(K_CLIMATE, "climate2d"),
-        KIND_TESTS(K_FIELDS, "fields3d"),
+        KIND_TESTS(K_FIELDS, "nbody3d"),
         cmocka_unit_test(test_shapes2d_balanced_classes),
         cmocka_unit_test(test_shapes2d_more_than_6_classes_refused),
         cmocka_unit_test(test_shapes2d_shape_visible),
         cmocka_unit_test(test_cosmo3d_parameters_learnable),
         cmocka_unit_test(test_climate2d_mask_classes_and_signals),
-        cmocka_unit_test(test_fields3d_targets_follow_inputs),
+        cmocka_unit_test(test_nbody3d_targets_follow_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

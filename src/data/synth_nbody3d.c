@@ -1,4 +1,4 @@
-// synth_fields3d.c: field-to-field volumes, like emulating hydrodynamics from an N-body run:
+// synth_nbody3d.c: field-to-field volumes, like emulating hydrodynamics from an N-body run:
 // 4 dark-matter-like input fields, 5 gas-like output fields that are local nonlinear functions
 // of (smoothed) inputs, so a U-Net can learn the map exactly up to the input noise.
 //
@@ -95,7 +95,7 @@ static void divergence(const float *vx, const float *vy, const float *vz, float 
             }
 }
 
-void synth_fields3d(const recipe_t *r, int split, gl_dataset *d) {
+void synth_nbody3d(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t s = d->shape.d[1], vol = s * s * s;
     const float noise = (float)r->data.synthetic.noise;
