@@ -217,7 +217,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 
     int64_t step = 0, skipped = 0, seen = 0, seen_total = 0, best_step = 0, epoch = 1;
     double ph[PHASE_COUNT] = {0};
-    double t_start = now_s(), t_mark = t_start, t_now = t_start;
+    double t_start = now_s(), t_mark = t_start, t_now = t_start, data_mark = 0;
     w.t0 = t_start;
     metrics_reset(&tm);
     gl_tensor *o = graph_output(&g);
@@ -329,8 +329,12 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
                      (long long)epoch);
         else
             snprintf(line, sizeof line, "epoch %3lld/%lld", (long long)epoch, (long long)epochs);
-        fprintf(out, "%s  %s | val %s | lr %.4g | %.0f samples/s  %.2f s\n", line, tl, vl, lr_at(&lr, step - 1),
+        // The share of this window's training time spent waiting for data (evaluation excluded).
+        double train_s = elapsed - (te2 - te), data_s = ph[PHASE_DATA] - data_mark;
+        fprintf(out, "%s  %s | val %s | lr %.4g | data %.1f%% | %.0f samples/s  %.2f s\n", line, tl, vl,
+                lr_at(&lr, step - 1), train_s > 0 ? 100.0 * data_s / train_s : 0.0,
                 (double)seen / (elapsed > 0 ? elapsed : 1e-9), elapsed);
+        data_mark = ph[PHASE_DATA];
         fflush(out);
         res->epochs_run = (int)epoch;
         res->last_loss = metrics_value(&vm, METRIC_LOSS);

@@ -24,7 +24,7 @@ epoch_lines() { printf '%s\n' "$1" | grep -E "$re_epoch" || true; }
 # target line (which carries no timing).
 without_timing() {
     printf '%s\n' "$1" | grep -E "$re_epoch|^target " |
-        sed -E 's/ *\| *[0-9.]+ samples\/s +[0-9.]+ s *$//'
+        sed -E 's/ *\| data [0-9.]+% *\| *[0-9.]+ samples\/s +[0-9.]+ s *$//'
 }
 
 # losses TEXT: "train-loss train-acc val-loss val-acc" per epoch.
