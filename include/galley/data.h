@@ -41,7 +41,5 @@ size_t data_synth_bytes(const recipe_t *r, int split);
 // Generates a split of the recipe's synthetic data set; a pure function of (seed, split),
 // independent of the thread count.
 void data_synth_make(const recipe_t *r, int split, gl_dataset *d, gl_arena *a);
-// Copies samples idx[0..n) into x[n, size] and the targets into labels or values [n, tsize].
-void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *labels, float *values);
 
 #endif

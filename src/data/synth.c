@@ -75,13 +75,3 @@ void data_synth_make(const recipe_t *r, int split, gl_dataset *d, gl_arena *a) {
     default: GL_CHECK(0, "unknown synthetic kind");
     }
 }
-
-void data_gather(const gl_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *labels, float *values) {
-    for (int64_t i = 0; i < n; i++) {
-        memcpy(x + i * d->size, d->x + idx[i] * d->size, sizeof(float) * (size_t)d->size);
-        if (d->target == TARGET_VALUES)
-            memcpy(values + i * d->tsize, d->values + idx[i] * d->tsize, sizeof(float) * (size_t)d->tsize);
-        else
-            memcpy(labels + i * d->tsize, d->labels + idx[i] * d->tsize, sizeof(int32_t) * (size_t)d->tsize);
-    }
-}

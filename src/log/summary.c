@@ -94,7 +94,7 @@ void runlog_banner(gl_runlog *lg, const gl_runinfo *in) {
                "%.3g MFLOPs/sample forward\n",
             in->device, in->ranks, in->ranks == 1 ? "" : "s", in->threads, in->threads == 1 ? "" : "s", in->precision,
             (long long)in->global_batch, (long long)in->local_batch, (long long)in->parameters, in->mflops);
-    fprintf(o, "  data: %s, train %lld, val %lld samples (generated in %.2f s)\n", in->data,
+    fprintf(o, "  data: %s, train %lld, val %lld samples (prepared in %.2f s)\n", in->data,
             (long long)in->train_samples, (long long)in->val_samples, in->data_seconds);
     fprintf(o, "  run: %lld steps (%lld per epoch%s) | %s\n", (long long)in->total_steps,
             (long long)in->steps_per_epoch, in->steps_set ? "; train.steps is set, so train.epochs is not used" : "",

@@ -18,7 +18,6 @@
 #include "galley/loss.h"
 #include "galley/lr.h"
 #include "galley/optim.h"
-#include "galley/rng.h"
 #include "galley/runlog.h"
 
 static double now_s(void) { return runlog_now(); }
@@ -134,10 +133,12 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         return GL_EXIT_USAGE;
     }
     gl_loader *lt = NULL, *lv = NULL;
+    const double t_open = now_s();  // synthetic data is generated, HDF5 checked and staged, here
     if (loader_open(&lt, r, &lpt, err) != 0 || loader_open(&lv, r, &lpv, err) != 0) {
         if (lt) loader_free(lt);
         return GL_EXIT_USAGE;
     }
+    const double t_data = now_s() - t_open;
     const gl_dataset train = *loader_shape(lt), val = *loader_shape(lv);
     int64_t batch = loader_batch_capacity(lt);
     gl_graph g;
@@ -172,7 +173,6 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     g.seed = (uint64_t)r->seed;
     gl_optim opt;
     optim_init(&opt, r, &g, &arena);
-    double t_data = 0;  // preparation happens in the loaders; their waits are the data phase
     gl_loss loss;
     loss_init(&loss, r, &train);
     gl_metrics tm, vm;  // training since the last evaluation, validation
