@@ -10,6 +10,7 @@ enum {
     GL_EXIT_RUNTIME = 1,  // runtime failure: out of memory, I/O error, non-finite loss, ...
     GL_EXIT_USAGE = 2,    // usage or recipe error: nothing was trained or written
     GL_EXIT_TARGET = 3,   // training finished but the recipe's train.target was not reached
+    GL_EXIT_STOPPED = 4,  // stopped early (SIGTERM/SIGUSR1/SIGINT, train.time_limit) after a checkpoint
 };
 
 // Prints "galley: error: <msg> (file.c:line)\n  hint: <hint>" to stderr and exits with code.
@@ -29,8 +30,10 @@ _Noreturn void gl_die_at(const char *file, int line, int code, const char *hint,
 void *gl_xmalloc_at(const char *file, int line, size_t n);
 void *gl_xcalloc_at(const char *file, int line, size_t count, size_t size);
 char *gl_xstrdup_at(const char *file, int line, const char *s);
+void *gl_xrealloc_at(const char *file, int line, void *p, size_t n);
 #define gl_xmalloc(n) gl_xmalloc_at(__FILE__, __LINE__, (n))
 #define gl_xcalloc(c, s) gl_xcalloc_at(__FILE__, __LINE__, (c), (s))
 #define gl_xstrdup(s) gl_xstrdup_at(__FILE__, __LINE__, (s))
+#define gl_xrealloc(p, n) gl_xrealloc_at(__FILE__, __LINE__, (p), (n))
 
 #endif

@@ -25,6 +25,11 @@ typedef struct {
     const gl_backend *be;
     uint64_t seed;      // for per-step randomness in layers (dropout)
     int64_t step;       // the optimizer step the next forward belongs to
+    int64_t row0;       // the global batch position of row 0 (ranks and parts; keys dropout draws)
+    // Called after each layer's backward (layers run last to first): gradient buckets start
+    // their allreduce from here. NULL: none.
+    void (*layer_done)(void *ctx, int layer);
+    void *layer_done_ctx;
 } gl_graph;
 
 // Builds layers from the recipe and infers shapes. On error prints

@@ -63,6 +63,7 @@ struct layer {
     // (seed, RNG_DROPOUT, step, index).
     uint64_t seed;
     int64_t step;
+    int64_t row0;  // the global batch position of row 0, so draws do not depend on how ranks split it
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

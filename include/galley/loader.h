@@ -55,6 +55,7 @@ typedef struct {
     int prefetch;       // batch slots; 0: data.loader.prefetch
     int64_t epochs;     // epochs the run will take (staging copies what they read); 0: train.epochs
     bool serve_only;    // benchmarks: batches of zeros copied from memory, nothing read (the loader's overhead)
+    int64_t start;      // the first batch served: stream batch k (epoch k / B + 1, index k % B); resume
 } loader_params;
 
 void loader_default_params(loader_params *p);

@@ -51,6 +51,11 @@ int metrics_applies(gl_target_kind target, int metric);
 const char *metrics_name(int metric);
 // "loss 0.1234  acc 0.9500" with the metrics that apply to the target.
 void metrics_format(const gl_metrics *m, char *buf, size_t len);
+// Running sums as doubles (counts are exact below 2^53), to reduce them across ranks and parts.
+#define GL_METRICS_PACKED (7 + 2 * GL_MAX_IOU_CLASSES)
+void metrics_pack(const gl_metrics *m, double *v);
+// Adds packed sums v into m.
+void metrics_add_packed(gl_metrics *m, const double *v);
 // Per-class IoU line for segmentation ("iou 0.91 0.42 0.30"); empty otherwise.
 void metrics_format_iou(const gl_metrics *m, char *buf, size_t len);
 

@@ -82,6 +82,7 @@ typedef struct {
     struct {
         int64_t steps, epochs, batch_size, threads, eval_every, top_k;
         int loss, nonfinite;
+        double time_limit;  // seconds of wall time the run may take (0: no limit)
         gl_floats class_weights;
         struct {
             int metric;
@@ -107,6 +108,21 @@ typedef struct {
             int64_t base_batch;        // batch size lr was tuned for
         } schedule;
     } optimizer;
+    struct {
+        double bucket_mb;      // gradient allreduce bucket size
+        bool overlap;          // start each bucket during backward (false: all after backward)
+        bool sync_batchnorm;   // batch-norm statistics over the global batch
+        bool deterministic;    // fixed reduction order: bitwise the same for any rank count dividing parts
+        int64_t parts;         // deterministic: the global batch is computed as this many parts (0: ranks)
+        double timeout;        // seconds a collective may make no progress before the job is ended
+    } distributed;
+    struct {
+        const char *dir;       // checkpoint files: dir/<name>-step<N>.h5
+        int64_t every_steps;   // 0: not by steps
+        double every_minutes;  // 0: not by time
+        int64_t keep;          // newest files kept
+        bool at_end;           // one at the end of the run
+    } checkpoint;
     struct {
         int64_t every;     // progress line and metrics record every this many steps (0: at evaluations)
         bool files;        // write a run directory

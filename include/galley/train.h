@@ -5,13 +5,15 @@
 #include <stdio.h>
 
 #include "galley/data.h"
+#include "galley/dist.h"
 #include "galley/graph.h"
 #include "galley/recipe.h"
 
 // How to run, beyond the recipe.
 typedef struct {
     const char *run_dir;  // `--run-dir`: the run directory itself (NULL: log.dir/<name>/<timestamp>)
-    int rank;             // only rank 0 prints and writes files (0 until runs span processes)
+    const char *resume;   // `--resume`: a checkpoint file, "auto" (newest good one in checkpoint.dir), or NULL
+    gl_dist *dist;        // ranks (NULL: one process); only rank 0 prints and writes files
 } train_opts;
 
 typedef struct {
@@ -34,6 +36,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 // Checks that the model's output fits the loss and the data (printed as FILE:LINE:COL errors).
 // data: the training split's shapes (data_shape or the loader's).
 int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FILE *err);
+
+// SIGTERM, SIGUSR1, SIGINT: stop at the next step boundary (train_signal_pending says which).
+void train_signals_install(void);
+void train_signals_restore(void);
+int train_signal_pending(void);
 
 // Threads to use for train.threads (0 = the cores this process may run on).
 int train_threads(const recipe_t *r);

@@ -11,7 +11,7 @@ void cli_usage(FILE *out) {
           "\n"
           "commands:\n"
           "  train RECIPE [key=value ...]   train the model a recipe describes (--run-dir DIR: where its\n"
-          "                                 run directory goes)\n"
+          "                                 run directory goes; --resume PATH|auto: continue a checkpoint)\n"
           "  check RECIPE [key=value ...]   validate a recipe; print it with every default filled in\n"
           "                                 and a summary of the model\n"
           "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
@@ -19,18 +19,20 @@ void cli_usage(FILE *out) {
           "  info                           version, build features, CPU, GPUs, MPI and NCCL\n"
           "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"          "  data inspect FILE.h5           datasets, shapes, dtypes, chunks, filters, min/max/mean\n"
           "  data bench RECIPE [k=v]        the data loader's throughput alone (read, full, synthetic)\n"
+          "  ckpt inspect FILE [--recipe]   what a checkpoint holds, every checksum verified\n"
           "  help [COMMAND | recipe]        help for a command, or the recipe reference\n"
           "  --version, --help\n"
           "\n"
           "key=value overrides any recipe key, e.g. train.epochs=5 or model.layers[0].units=128.\n"
           "exit codes: 0 success, 1 runtime failure, 2 usage or recipe error,\n"
-          "            3 trained but train.target not reached\n",
+          "            3 trained but train.target not reached,\n"
+          "            4 stopped early (signal or train.time_limit) after writing a checkpoint\n",
           out);
 }
 
 int cli_help_for(const char *c, FILE *out) {
     if (!strcmp(c, "train")) {
-        fputs("usage: galley train RECIPE [key=value ...] [--run-dir DIR]\n\n"
+        fputs("usage: galley train RECIPE [key=value ...] [--run-dir DIR] [--resume PATH|auto]\n\n"
               "Validates RECIPE (as `galley check` does), builds the model, and trains it, printing one line\n"
               "per evaluation with training and validation loss and metrics; between them a progress line\n"
               "(in place on a terminal, every log.every steps otherwise). The end summary splits the time\n"
@@ -40,8 +42,23 @@ int cli_help_for(const char *c, FILE *out) {
               "The run directory (log.dir/<name>/<YYYYmmdd-HHMMSS>/, or DIR with --run-dir) keeps the resolved\n"
               "recipe, metrics.jsonl, TensorBoard event files, console.log and summary.json; log.files=false\n"
               "keeps none. See them with `galley report DIR` or `tensorboard --logdir runs/`.\n\n"
+              "Under mpirun or `srun --mpi=pmix` every rank trains its part of each global batch\n"
+              "(train.batch_size) and gradients are summed across ranks; only rank 0 prints and writes.\n\n"
+              "Checkpoints (checkpoint.*) go to checkpoint.dir/<name>-step<N>.h5. --resume PATH continues\n"
+              "from that file; --resume auto from the newest good checkpoint of this run name in\n"
+              "checkpoint.dir (falling back past damaged ones; a fresh start if there is none). SIGTERM,\n"
+              "SIGUSR1 and SIGINT make every rank write a checkpoint at the next step boundary and exit 4;\n"
+              "a second SIGINT exits at once. train.time_limit stops the same way before the limit.\n\n"
               "Exit codes: 0 success (and train.target reached, if set), 1 runtime failure, 2 usage or\n"
-              "recipe error, 3 train.target not reached.\n",
+              "recipe error, 3 train.target not reached, 4 stopped early by a signal or train.time_limit\n"
+              "with a checkpoint written (run again with --resume auto to continue).\n",
+              out);
+    } else if (!strcmp(c, "ckpt")) {
+        fputs("usage: galley ckpt inspect FILE.h5 [--recipe]\n\n"
+              "Lists what a checkpoint holds: its attributes (step, epoch, world size, optimizer, recipe hash,\n"
+              "best metrics, ...) and every tensor (parameters, batch-norm state, optimizer state) with its\n"
+              "shape and whether its CRC-32C checksum matches. --recipe also prints the resolved recipe it\n"
+              "was trained with. Exit codes: 0 a good checkpoint, 1 damaged or not a checkpoint, 2 usage.\n",
               out);
     } else if (!strcmp(c, "report")) {
         fputs("usage: galley report RUN_DIR [RUN_DIR ...] [-o OUT.html]\n\n"

@@ -1,6 +1,8 @@
-// cmd_train.c: `galley train [--run-dir DIR] RECIPE [key=value ...]`.
+// cmd_train.c: `galley train [--run-dir DIR] [--resume PATH|auto] RECIPE [key=value ...]`.
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli_internal.h"
 #include "galley/check.h"
@@ -21,6 +23,14 @@ int cmd_train(int argc, char **argv) {
             opts.run_dir = argv[++i];
         } else if (!strncmp(argv[i], "--run-dir=", 10)) {
             opts.run_dir = argv[i] + 10;
+        } else if (!strcmp(argv[i], "--resume")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "galley train: --resume needs a checkpoint file or 'auto'\n");
+                return GL_EXIT_USAGE;
+            }
+            opts.resume = argv[++i];
+        } else if (!strncmp(argv[i], "--resume=", 9)) {
+            opts.resume = argv[i] + 9;
         } else {
             rest[n++] = argv[i];
         }
@@ -29,11 +39,32 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "galley train: --run-dir is empty\n");
         return GL_EXIT_USAGE;
     }
+    if (opts.resume && !*opts.resume) {
+        fprintf(stderr, "galley train: --resume is empty (give a checkpoint file or 'auto')\n");
+        return GL_EXIT_USAGE;
+    }
+    // MPI first (under a launcher), so that only rank 0 reports recipe errors: every rank
+    // reads the same recipe and would print the same ones.
+    gl_dist d;
+    if (dist_init(&d, 0, stderr) != 0) return GL_EXIT_USAGE;
+    opts.dist = &d;
+    int saved = -1;
+    if (d.rank != 0) {
+        fflush(stderr);
+        saved = dup(2);
+        int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (null >= 0) dup2(null, 2), close(null);
+    }
     recipe_t r;
     int rc = cli_load_recipe("train", n, rest, &r);
-    if (rc) return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
+    if (saved >= 0) fflush(stderr), dup2(saved, 2), close(saved);
+    if (rc) {
+        dist_finalize(&d);
+        return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
+    }
     train_result res;
     int code = train_run(&r, &opts, stdout, stderr, &res);
     recipe_free(&r);
+    dist_finalize(&d);
     return code;
 }

@@ -25,6 +25,13 @@ void *gl_xmalloc_at(const char *file, int line, size_t n) {
     return p;
 }
 
+void *gl_xrealloc_at(const char *file, int line, void *old, size_t n) {
+    void *p = realloc(old, n ? n : 1);
+    if (!p) gl_die_at(file, line, GL_EXIT_RUNTIME, "free memory or reduce the batch or model size",
+                      "out of memory allocating %zu bytes", n);
+    return p;
+}
+
 void *gl_xcalloc_at(const char *file, int line, size_t count, size_t size) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) gl_die_at(file, line, GL_EXIT_RUNTIME, "free memory or reduce the batch or model size",

@@ -534,6 +534,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         w->at = gl_xcalloc((size_t)big, sizeof(float));
         w->bt = gl_xmalloc((size_t)big * sizeof(float));
     }
+    L->next_start = L->next_out = p->start > 0 ? p->start : 0;
     L->started = 1;
     for (int t = 0; t < L->nthreads; t++) {
         void **arg = gl_xmalloc(2 * sizeof(void *));

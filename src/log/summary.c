@@ -126,8 +126,8 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     static const char *const words[PHASE_COUNT] = {"data wait",  "forward",    "backward",   "communication",
                                                    "optimizer",  "checkpoint", "evaluation", "other"};
     static const char *const notes[PHASE_COUNT] = {
-        "  (shuffling, gathering batches)", "  (incl. loss and metrics)", "", "  (exposed; one process: none)", "",
-        "  (no checkpoints yet)", "", "  (logging, bookkeeping)"};
+        "  (shuffling, gathering batches)", "  (incl. loss and metrics)", "", "  (reductions and the gradient wait backward did not hide)",
+        "", "  (written by rank 0; the others wait)", "", "  (logging, bookkeeping)"};
     fprintf(o, "  time of the %.2f s of steps:\n", s->wall);
     for (int i = 0; i < PHASE_COUNT; i++)
         fprintf(o, "    %-14s %9.3f s %5.1f %%%s\n", words[i], s->phase[i],

@@ -109,6 +109,7 @@ void graph_forward(gl_graph *g, int64_t n, bool train) {
     for (int i = 0; i < g->nlayers; i++) {
         g->layers[i].seed = g->seed;
         g->layers[i].step = g->step;
+        g->layers[i].row0 = g->row0;
         g->layers[i].kind->forward(&g->layers[i], g->be, n, train);
     }
 }
@@ -120,6 +121,7 @@ void graph_backward(gl_graph *g, int64_t n) {
     for (int i = g->nlayers - 1; i >= 0; i--) {
         layer_t *l = &g->layers[i];
         if (l->kind->backward) l->kind->backward(l, g->be, n);
+        if (g->layer_done) g->layer_done(g->layer_done_ctx, i);
     }
 }
 

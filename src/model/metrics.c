@@ -29,6 +29,19 @@ static int64_t argmax(const float *z, int64_t c, int64_t s) {
     return a;
 }
 
+void metrics_pack(const gl_metrics *m, double *v) {
+    v[0] = m->loss_sum, v[1] = (double)m->samples, v[2] = (double)m->hits, v[3] = (double)m->hitsk;
+    v[4] = (double)m->positions, v[5] = m->abs_sum, v[6] = (double)m->values;
+    for (int k = 0; k < GL_MAX_IOU_CLASSES; k++) v[7 + k] = (double)m->inter[k], v[7 + GL_MAX_IOU_CLASSES + k] = (double)m->uni[k];
+}
+
+void metrics_add_packed(gl_metrics *m, const double *v) {
+    m->loss_sum += v[0], m->samples += (int64_t)v[1], m->hits += (int64_t)v[2], m->hitsk += (int64_t)v[3];
+    m->positions += (int64_t)v[4], m->abs_sum += v[5], m->values += (int64_t)v[6];
+    for (int k = 0; k < GL_MAX_IOU_CLASSES; k++)
+        m->inter[k] += (int64_t)v[7 + k], m->uni[k] += (int64_t)v[7 + GL_MAX_IOU_CLASSES + k];
+}
+
 void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
                  double loss) {
     m->loss_sum += loss * (double)n;

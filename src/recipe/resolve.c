@@ -355,6 +355,12 @@ static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
         else if (!downward && below)
             rctx_error(c, m, "train.target.below", "%s improves upwards: use 'above'", name);
     }
+    if (r->distributed.deterministic && r->distributed.sync_batchnorm) {
+        const yt_node *k = node_at(root, "distributed.sync_batchnorm");
+        rctx_error(c, k ? k->mark : root->mark, "distributed.sync_batchnorm",
+                   "cannot be combined with distributed.deterministic (its parts are computed one after another, "
+                   "so no part sees the others' statistics); turn one of them off");
+    }
     if (r->data.synthetic.kind == SYNTH_SHAPES2D && r->data.synthetic.classes > 6) {
         const yt_node *k = node_at(root, "data.synthetic.classes");
         rctx_error(c, k ? k->mark : root->mark, "data.synthetic.classes",

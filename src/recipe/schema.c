@@ -23,6 +23,7 @@ static bool is_annealing(const void *b) {
 static bool is_poly(const void *b) { return R(b)->optimizer.schedule.decay == DECAY_POLY; }
 static bool is_scaled(const void *b) { return R(b)->optimizer.schedule.scaling != SCALE_NONE; }
 static bool has_target(const void *b) { return R(b)->train.target.metric != METRIC_NONE; }
+static bool is_deterministic(const void *b) { return R(b)->distributed.deterministic; }
 #define NO_RANGE 0, 0
 
 static const char *const source_choices[] = {"synthetic", "hdf5", NULL};
@@ -216,7 +217,8 @@ static const key_spec train_keys[] = {
     {"epochs", KT_INT, KF_DEFAULT, "10", 1, 1e9, NULL, OFF(train.epochs), NULL,
      "passes over the training data (unless train.steps > 0)"},
     {"batch_size", KT_INT, KF_DEFAULT, "64", 1, 1e8, NULL, OFF(train.batch_size), NULL,
-     "samples per optimizer step; the last, partial batch of an epoch is kept"},
+     "samples per optimizer step: the global batch, split across ranks (any number of ranks gives the same "
+     "batches); the last, partial batch of an epoch is kept"},
     {"threads", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(train.threads), NULL,
      "compute threads; 0 means one per available core"},
     {"loss", KT_ENUM, KF_DEFAULT, "softmax_cross_entropy", NO_RANGE, loss_choices, OFF(train.loss), NULL,
@@ -232,6 +234,9 @@ static const key_spec train_keys[] = {
     {"nonfinite", KT_ENUM, KF_DEFAULT, "stop", NO_RANGE, nonfinite_choices, OFF(train.nonfinite), NULL,
      "a NaN/Inf loss: stop (exit 1, naming the step and the first layer whose output went non-finite) or "
      "skip the step (counted and reported)"},
+    {"time_limit", KT_FLOAT, KF_DEFAULT, "0", 0, 1e9, NULL, OFF(train.time_limit), NULL,
+     "seconds of wall time the run may take (0: no limit): galley stops early enough to write a checkpoint "
+     "and exits with code 4, so a job ends cleanly before its scheduler limit"},
     {"target", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, target_keys,
      "quality target, checked at each evaluation; training stops when it is reached, and if it is not "
      "reached by the end galley exits with code 3"},
@@ -312,6 +317,42 @@ static const key_spec log_keys[] = {
     KEY_END,
 };
 
+static const key_spec distributed_keys[] = {
+    {"bucket_mb", KT_FLOAT, KF_DEFAULT, "25", 0.001, 1e5, NULL, OFF(distributed.bucket_mb), NULL,
+     "gradients are summed across ranks in buckets of about this many MiB, each started as soon as backward "
+     "has filled it"},
+    {"overlap", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(distributed.overlap), NULL,
+     "start each bucket's allreduce during backward (false: all of them after backward; for measuring)"},
+    {"sync_batchnorm", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(distributed.sync_batchnorm), NULL,
+     "batch-norm statistics over the global batch (false: over each rank's part, as PyTorch DDP)"},
+    {"deterministic", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(distributed.deterministic), NULL,
+     "sum gradients, losses and metrics in a fixed order over distributed.parts parts of the batch, so any "
+     "number of ranks that divides parts gives bitwise the same run (costs more communication)"},
+    {"parts", KT_INT, KF_DEFAULT, "0", 0, 65536, NULL, OFF(distributed.parts), NULL,
+     "the global batch is computed as this many parts, one after another on each rank (0: one per rank); "
+     "batch norm without sync_batchnorm normalises over each part",
+     is_deterministic, "distributed.deterministic is true"},
+    {"timeout", KT_FLOAT, KF_DEFAULT, "300", 1, 1e7, NULL, OFF(distributed.timeout), NULL,
+     "seconds a collective may wait for the other ranks before the job is ended with a message naming the "
+     "step (a rank that died or hangs)"},
+    KEY_END,
+};
+
+static const key_spec checkpoint_keys[] = {
+    {"dir", KT_STRING, KF_DEFAULT, "checkpoints", NO_RANGE, NULL, OFF(checkpoint.dir), NULL,
+     "where checkpoints go, as DIR/<name>-step<N>.h5 (relative to the working directory); "
+     "`--resume auto` looks here"},
+    {"every_steps", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(checkpoint.every_steps), NULL,
+     "write one every this many steps (0: not by steps)"},
+    {"every_minutes", KT_FLOAT, KF_DEFAULT, "0", 0, 1e9, NULL, OFF(checkpoint.every_minutes), NULL,
+     "write one when this many minutes have passed since the last (0: not by time)"},
+    {"keep", KT_INT, KF_DEFAULT, "3", 1, 1e6, NULL, OFF(checkpoint.keep), NULL,
+     "the newest this many checkpoints are kept; older ones are deleted after a new one is complete"},
+    {"at_end", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(checkpoint.at_end), NULL,
+     "write one when training ends (signals and train.time_limit always write one)"},
+    KEY_END,
+};
+
 const key_spec recipe_schema[] = {
     {"name", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(name), NULL,
      "run name (default: the recipe's file name without .yaml)"},
@@ -321,6 +362,10 @@ const key_spec recipe_schema[] = {
     {"model", KT_SECTION, KF_REQUIRED, NULL, NO_RANGE, NULL, 0, model_keys, "the network"},
     {"train", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, train_keys, "the training loop"},
     {"optimizer", KT_SECTION, KF_REQUIRED, NULL, NO_RANGE, NULL, 0, optimizer_keys, "the optimizer"},
+    {"distributed", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, distributed_keys,
+     "data-parallel training over MPI ranks: launch with mpirun or srun --mpi=pmix; a process started alone is one rank"},
+    {"checkpoint", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, checkpoint_keys,
+     "checkpoint files (HDF5) for `galley train --resume`"},
     {"log", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, log_keys,
      "what a run prints and keeps (the run directory: see \"Watching a run\" in the README)"},
     KEY_END,

@@ -2,9 +2,14 @@
 // gather a batch, forward, loss, backward, optimizer at the scheduled learning rate; evaluate
 // on the held-out split each epoch (or every eval_every steps) and stop at the target. Each
 // phase is timed; the run log (runlog.h) shows progress and keeps the run directory.
+// Across ranks (dist.h) every rank runs this loop on its part of each batch; train_step sums
+// gradients, losses, metrics and the stop flags, so every rank takes the same decisions at the
+// same step. Checkpoints: every N steps or minutes, at the end, and when a signal or
+// train.time_limit stops the run (exit 4); --resume continues one bitwise.
 #include "galley/train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -19,6 +24,7 @@
 #include "galley/lr.h"
 #include "galley/optim.h"
 #include "galley/runlog.h"
+#include "train/train_internal.h"
 
 static double now_s(void) { return runlog_now(); }
 
@@ -28,25 +34,6 @@ int train_threads(const recipe_t *r) {
     if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);  // honours Slurm binding
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
-}
-
-// One pass over the validation loader (in order, every sample once).
-static int evaluate(gl_graph *g, const gl_loss *loss, gl_loader *lv, gl_metrics *m, FILE *err) {
-    metrics_reset(m);
-    gl_tensor *o = graph_output(g);
-    const int64_t size = g->input.size;
-    for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
-        gl_batch b;
-        if (loader_next(lv, &b, err)) return -1;
-        if (b.n > 0) {
-            memcpy(g->input.data, b.x, sizeof(float) * (size_t)(b.n * size));
-            graph_forward(g, b.n, false);
-            double l = loss_compute(loss, g->be, o, b.n, b.labels, b.values, NULL);
-            metrics_add(m, o, b.n, b.labels, b.values, l);
-        }
-        loader_release(lv, &b);
-    }
-    return 0;
 }
 
 static int target_met(const recipe_t *r, double v) {
@@ -106,6 +93,29 @@ static void window_log(gl_runlog *lg, train_window *w, const gl_lr *lr, const do
     w->eval0 = ph[PHASE_EVAL];
 }
 
+// Checks the batch against the ranks (and parts). GL_EXIT_OK or GL_EXIT_USAGE (printed by rank 0).
+static int check_split(const recipe_t *r, const gl_dist *d, FILE *err) {
+    int64_t b = r->train.batch_size, w = d->world, p = r->distributed.parts;
+    const char *msg = NULL;
+    char buf[512];
+    if (b % w != 0) {
+        snprintf(buf, sizeof buf, "train.batch_size %lld (the global batch) does not divide over %lld ranks; use a "
+                 "multiple of %lld, e.g. %lld", (long long)b, (long long)w, (long long)w, (long long)((b / w + 1) * w));
+        msg = buf;
+    } else if (r->distributed.deterministic && p > 0 && p % w != 0) {
+        snprintf(buf, sizeof buf, "distributed.parts %lld is not a multiple of the %lld ranks; each rank computes "
+                 "parts / ranks of them", (long long)p, (long long)w);
+        msg = buf;
+    } else if (r->distributed.deterministic && p > 0 && b % p != 0) {
+        snprintf(buf, sizeof buf, "train.batch_size %lld does not divide into distributed.parts %lld equal parts",
+                 (long long)b, (long long)p);
+        msg = buf;
+    }
+    if (!msg) return GL_EXIT_OK;
+    if (d->rank == 0) fprintf(err, "%s: error: %s\n", r->file, msg);
+    return GL_EXIT_USAGE;
+}
+
 int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, train_result *res) {
     static const train_opts defaults = {0};
     if (!opts) opts = &defaults;
@@ -113,9 +123,21 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     res->target_reached = r->train.target.metric == METRIC_NONE ? -1 : 0;
     res->best = NAN;
     res->best_loss = NAN;
+    gl_dist solo = {.world = 1, .local_world = 1, .launcher = "none"};
+    gl_dist *d = opts->dist ? opts->dist : &solo;
+    dist_set_timeout(d, r->distributed.timeout);
+    int code = check_split(r, d, err);
+    if (code != GL_EXIT_OK) goto early;
     const gl_backend *be = backend_cpu();
     int threads = train_threads(r);
     be->set_threads(threads);
+
+    // Which checkpoint to continue, first: the loaders start at its step.
+    char resume_path[4096] = "";
+    int64_t resume_step = 0;
+    if (opts->resume &&
+        (code = train_resume_pick(r, opts->resume, d, resume_path, sizeof resume_path, &resume_step, out, err)))
+        goto early;
 
     // The data first: its loaders check files and datasets (exit 2 naming them) and give the
     // shapes the model is built for. They own their memory, counted in the plan below.
@@ -124,19 +146,24 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     loader_default_params(&lpv);
     lpt.split = SPLIT_TRAIN;
     lpv.split = SPLIT_VAL;
+    lpt.rank = lpv.rank = d->rank;
+    lpt.world = lpv.world = d->world;
+    lpt.start = resume_step;
     size_t loader_bytes = loader_plan_bytes(r, &lpt) + loader_plan_bytes(r, &lpv);
     uint64_t host = arena_host_memory();
     if (host && (double)loader_bytes > 0.9 * (double)host) {
         fprintf(err, "%s: error: the data loaders need %.2f GiB of memory but the machine has %.2f GiB; reduce the "
                      "data set, data.loader.prefetch or data.loader.cache\n",
                 r->file, loader_bytes / 1073741824.0, host / 1073741824.0);
-        return GL_EXIT_USAGE;
+        code = GL_EXIT_USAGE;
+        goto early;
     }
     gl_loader *lt = NULL, *lv = NULL;
     const double t_open = now_s();  // synthetic data is generated, HDF5 checked and staged, here
     if (loader_open(&lt, r, &lpt, err) != 0 || loader_open(&lv, r, &lpv, err) != 0) {
         if (lt) loader_free(lt);
-        return GL_EXIT_USAGE;
+        code = GL_EXIT_USAGE;
+        goto early;
     }
     const double t_data = now_s() - t_open;
     const gl_dataset train = *loader_shape(lt), val = *loader_shape(lv);
@@ -148,14 +175,15 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         graph_free(&g);
         loader_free(lt);
         loader_free(lv);
-        return GL_EXIT_USAGE;
+        code = GL_EXIT_USAGE;
+        goto early;
     }
     const int64_t steps_per_epoch = loader_batches_per_epoch(lt);
     const int64_t total_steps = r->train.steps > 0 ? r->train.steps : r->train.epochs * steps_per_epoch;
     const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
 
     // Plan every byte of the model first, refuse what cannot fit, then allocate once.
-    size_t bytes = g.bytes + optim_bytes(r, &g) + 8 * GL_ARENA_ALIGN;
+    size_t bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN;
     if (host && (double)(bytes + loader_bytes) > 0.9 * (double)host) {
         fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has %.2f "
                      "GiB; reduce train.batch_size, the data set or the model\n",
@@ -164,7 +192,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         graph_free(&g);
         loader_free(lt);
         loader_free(lv);
-        return GL_EXIT_USAGE;
+        code = GL_EXIT_USAGE;
+        goto early;
     }
     gl_arena arena;
     arena_init(&arena, bytes);
@@ -175,31 +204,46 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     optim_init(&opt, r, &g, &arena);
     gl_loss loss;
     loss_init(&loss, r, &train);
+    train_ctx c;
+    train_ctx_init(&c, r, d, &g, &loss, &opt, &train, &arena);
+    gl_ckpt_state ck = {.best = NAN, .best_loss = NAN, .world = d->world, .parts = c.parts, .threads = threads};
+    if (resume_path[0] && (code = train_resume_load(&c, resume_path, &ck, err)) != GL_EXIT_OK) {
+        train_ctx_free(&c);
+        graph_free(&g);
+        arena_free(&arena);
+        loader_free(lt);
+        loader_free(lv);
+        goto early;
+    }
     gl_metrics tm, vm;  // training since the last evaluation, validation
     train_window w = {0};
     metrics_init(&tm, &train, (int)r->train.top_k);
     metrics_init(&vm, &val, (int)r->train.top_k);
     metrics_init(&w.m, &train, (int)r->train.top_k);
     gl_lr lr;
-    lr_init(&lr, r, batch, steps_per_epoch, total_steps);
+    lr_init(&lr, r, r->train.batch_size < train.n ? r->train.batch_size : train.n, steps_per_epoch, total_steps);
 
     // From here on everything printed is also kept in the run directory's console.log.
     gl_runlog lg;
-    int code = runlog_open(&lg, r, opts->run_dir, opts->rank, out, err);
+    code = runlog_open(&lg, r, opts->run_dir, d->rank, out, err);
     if (code != GL_EXIT_OK) {
         runlog_close(&lg);
+        train_ctx_free(&c);
         graph_free(&g);
         arena_free(&arena);
         loader_free(lt);
         loader_free(lv);
-        return code;
+        goto early;
     }
+    // Launchers hand rank 0 a pseudo-terminal that ends in a log file: no in-place line there.
+    if (d->mpi) lg.tty = false;
     snprintf(res->run_dir, sizeof res->run_dir, "%s", lg.dir);
     out = lg.out;
     err = lg.err;
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = "cpu",
-                       .ranks = 1, .threads = threads, .precision = "fp32", .global_batch = batch,
+                       .ranks = d->world, .threads = threads, .precision = "fp32",
+                       .global_batch = r->train.batch_size < train.n ? r->train.batch_size : train.n,
                        .local_batch = batch, .parameters = g.nparams, .mflops = (double)g.flops / 1e6,
                        .train_samples = train.n, .val_samples = val.n, .data_seconds = t_data,
                        .total_steps = total_steps, .steps_per_epoch = steps_per_epoch,
@@ -214,55 +258,93 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     lr_describe(&lr, info.lr_rule, sizeof info.lr_rule);
     if (res->target_reached == 0) target_words(r, info.target, sizeof info.target);
     runlog_banner(&lg, &info);
+    if (d->world > 1)
+        fprintf(out, "  ranks: %d (launched by %s, %d on this node) | %s\n", d->world, d->launcher, d->local_world,
+                c.parts ? "deterministic: gradients gathered and summed in part order"
+                        : "gradients summed by allreduce in buckets during backward");
+    if (c.parts)
+        fprintf(out, "  deterministic: the global batch is computed as %d parts (%d per rank), summed in a fixed "
+                     "order\n", c.parts, c.local_parts);
+    if (resume_path[0])
+        fprintf(out, "  resumed from %s at step %lld (epoch %lld)%s\n", resume_path, (long long)ck.step,
+                (long long)(ck.step / steps_per_epoch + 1),
+                ck.world != d->world ? " (written by a run with another number of ranks)" : "");
 
-    int64_t step = 0, skipped = 0, seen = 0, seen_total = 0, best_step = 0, epoch = 1;
+    int64_t step = ck.step, skipped = ck.skipped, seen = 0, seen_total = 0, best_step = ck.best_step;
+    const int64_t samples_base = ck.samples;
+    int64_t epoch = step / steps_per_epoch + 1;
+    res->best = ck.best, res->best_loss = ck.best_loss, res->best_loss_step = ck.best_loss_step;
+    res->epochs_run = ck.epochs_run;
     double ph[PHASE_COUNT] = {0};
-    double t_start = now_s(), t_mark = t_start, t_now = t_start, data_mark = 0;
+    double t_start = now_s(), t_mark = t_start, t_now = t_start, data_mark = 0, t_ckpt = t_start;
+    double step_max = 0, eval_max = 0, ckpt_s = (double)g.nparams * 12.0 / 100e6 + 0.05;  // until measured
+    const char *stopped_by = NULL;
     w.t0 = t_start;
     metrics_reset(&tm);
-    gl_tensor *o = graph_output(&g);
     gl_logpoint p;
+    train_signals_install();
+    if (step >= total_steps)
+        fprintf(out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
+                     "train.steps or train.epochs to go on\n", (long long)step, (long long)total_steps);
     while (step < total_steps) {
         double t0 = now_s();
         epoch = step / steps_per_epoch + 1;
+        // This rank's stop and checkpoint wishes; the step sums them over ranks.
+        double flags[FLAG_COUNT] = {0};
+        flags[FLAG_SIGNAL] = train_signal_pending() != 0;
+        if (r->train.time_limit > 0) {
+            // Stop when one more step, an evaluation and a checkpoint might not fit.
+            double need = (t0 - t_start) + 2 * step_max + eval_max + 2 * ckpt_s;
+            flags[FLAG_TIME] = need > r->train.time_limit;
+        }
+        flags[FLAG_CKPT] = d->rank == 0 && r->checkpoint.every_minutes > 0 &&
+                           t0 - t_ckpt >= 60.0 * r->checkpoint.every_minutes;
         gl_batch b;
         if (loader_next(lt, &b, err)) {
+            if (d->world > 1) {
+                fprintf(err, "galley: error: rank %d of %d: a training batch could not be read (above); ending the "
+                             "job\n", d->rank, d->world);
+                dist_abort(d, GL_EXIT_RUNTIME);
+            }
             code = GL_EXIT_RUNTIME;
             goto done;
         }
-        const int64_t n = b.n;
-        memcpy(g.input.data, b.x, sizeof(float) * (size_t)(n * g.input.size));
+        const int64_t n = b.global_n;
         double t1 = now_s();
         ph[PHASE_DATA] += t1 - t0;
-        g.step = step;
-        graph_forward(&g, n, true);
-        double l = loss_compute(&loss, be, o, n, b.labels, b.values, o->grad);
+        int bad = 0;
+        double l = train_step(&c, &b, step, flags, &bad);
+        double t3 = now_s();
+        // train_step times its forward, backward and communication; the rest of it (copying
+        // rows in, the loss) goes with the forward.
+        ph[PHASE_COMM] += c.comm_s;
+        ph[PHASE_BACKWARD] += c.bwd_s;
+        ph[PHASE_FORWARD] += (t3 - t1) - c.comm_s - c.bwd_s;
         if (!isfinite(l)) {
-            t_now = now_s();
-            ph[PHASE_FORWARD] += t_now - t1;
             if (r->train.nonfinite == NONFINITE_SKIP) {
                 skipped++;
             } else {
-                int bad = graph_first_nonfinite(&g, n);
-                fprintf(err, "galley: error: the loss became %g at step %lld (epoch %lld); ", l, (long long)step,
-                        (long long)epoch);
-                if (bad >= 0) fprintf(err, "the first layer whose output is not finite is '%s' (model.layers[%d])\n",
-                                      g.layers[bad].cfg->name, bad);
-                else fprintf(err, "every layer's output is finite, so the loss itself overflowed\n");
-                fprintf(err, "  hint: lower optimizer.lr, set optimizer.clip_norm, check the data, or set "
-                             "train.nonfinite: skip\n");
+                if (bad) {
+                    int first = graph_first_nonfinite(&g, b.n);
+                    if (d->world > 1) fprintf(err, "galley: rank %d: ", d->rank);
+                    if (first >= 0)
+                        fprintf(err, "galley: the first layer whose output is not finite is '%s' (model.layers[%d])\n",
+                                g.layers[first].cfg->name, first);
+                }
+                if (d->rank == 0)
+                    fprintf(err, "galley: error: the loss became %g at step %lld (epoch %lld)%s\n"
+                                 "  hint: lower optimizer.lr, set optimizer.clip_norm, check the data, or set "
+                                 "train.nonfinite: skip\n",
+                            l, (long long)step, (long long)epoch, bad ? "" : " on another rank");
                 loader_release(lt, &b);
                 code = GL_EXIT_RUNTIME;
                 goto done;
             }
         } else {
-            metrics_add(&tm, o, n, b.labels, b.values, l);
-            metrics_add(&w.m, o, n, b.labels, b.values, l);
-            double t2 = now_s();
-            ph[PHASE_FORWARD] += t2 - t1;
-            graph_backward(&g, n);
-            double t3 = now_s();
-            ph[PHASE_BACKWARD] += t3 - t2;
+            double v[GL_METRICS_PACKED];
+            metrics_pack(&c.sm, v);
+            metrics_add_packed(&tm, v);
+            metrics_add_packed(&w.m, v);
             // A non-finite gradient norm leaves the weights untouched (optim_step skips it).
             double norm = optim_step(&opt, &g, lr_at(&lr, step));
             t_now = now_s();
@@ -285,6 +367,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         loader_release(lt, &b);  // hands the slot back to the readers: part of the data phase
         t_now = now_s();
         ph[PHASE_DATA] += t_now - tr;
+        if (t_now - t0 > step_max) step_max = t_now - t0;
         step++;
         seen += n;
         seen_total += n;
@@ -293,10 +376,12 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         int epoch_end = step % steps_per_epoch == 0;
         int due = r->train.eval_every > 0 ? step % r->train.eval_every == 0 : epoch_end;
         int last = step >= total_steps;
+        if (c.flags[FLAG_SIGNAL] > 0) stopped_by = "a signal";
+        else if (c.flags[FLAG_TIME] > 0) stopped_by = "train.time_limit";
         // A metrics record every log.every steps (with a plain line unless on a terminal), at the
         // end, and with log.every 0 at each evaluation; a live line on a terminal in between.
         int logged = lg.every > 0 && step % lg.every == 0;
-        if (logged || ((last || (lg.every == 0 && due)) && w.steps > 0)) {
+        if (logged || ((last || stopped_by || (lg.every == 0 && due)) && w.steps > 0)) {
             window_log(&lg, &w, &lr, ph, step, epoch, t_start, t_now, logged);
             t_now = w.t0;
         } else if (runlog_live_due(&lg, t_now)) {
@@ -307,15 +392,32 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             metric_set_from(&p.m, &tm);
             runlog_live(&lg, &p, t_now);
         }
+        if (stopped_by) break;
+        int save = (r->checkpoint.every_steps > 0 && step % r->checkpoint.every_steps == 0) || c.flags[FLAG_CKPT] > 0;
+        if (save && !last) {
+            ck.step = step, ck.epoch = epoch, ck.samples = samples_base + seen_total, ck.skipped = skipped;
+            ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
+            ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
+            double secs;
+            int rc = train_save(&c, &ck, out, err, &secs);
+            ph[PHASE_CKPT] += secs;
+            t_ckpt = now_s();
+            if (secs > ckpt_s) ckpt_s = secs;
+            if (rc) {
+                code = GL_EXIT_RUNTIME;
+                goto done;
+            }
+        }
         if (!due && !last) continue;
 
         double te = now_s();
-        if (evaluate(&g, &loss, lv, &vm, err)) {
+        if (train_evaluate(&c, lv, &vm, step, err)) {
             code = GL_EXIT_RUNTIME;
             goto done;
         }
         double te2 = now_s();
         ph[PHASE_EVAL] += te2 - te;
+        if (te2 - te > eval_max) eval_max = te2 - te;
         p = (gl_logpoint){.step = step, .epoch = epoch, .time = te2 - t_start, .loss = metrics_value(&vm, METRIC_LOSS),
                           .seconds = te2 - te};
         metric_set_from(&p.m, &vm);
@@ -357,7 +459,30 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         seen = 0;
         t_mark = t_now = now_s();
     }
+    // The last checkpoint: at the end (checkpoint.at_end), and always when stopped early.
+    if (stopped_by || (r->checkpoint.at_end && step > ck.step)) {
+        ck.step = step, ck.epoch = step > 0 ? (step - 1) / steps_per_epoch + 1 : 1, ck.samples = samples_base + seen_total;
+        ck.skipped = skipped, ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
+        ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
+        ck.train_seconds += now_s() - t_start;
+        double secs;
+        int rc = train_save(&c, &ck, out, err, &secs);
+        ph[PHASE_CKPT] += secs;
+        if (rc) code = GL_EXIT_RUNTIME;
+        else if (stopped_by) {
+            int sig = train_signal_pending();
+            const char *why = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT"
+                              : stopped_by;
+            fprintf(out, "stopped by %s at step %lld (epoch %lld) with a checkpoint; continue with: galley train %s "
+                         "--resume auto (exit code %d)\n",
+                    why, (long long)step, (long long)epoch, r->file, GL_EXIT_STOPPED);
+            code = GL_EXIT_STOPPED;
+        }
+    } else if (stopped_by) {
+        code = GL_EXIT_STOPPED;
+    }
 done:
+    train_signals_restore();
     {
         char first[1024];
         int64_t k = loader_skipped(lt, first, sizeof first);
@@ -372,7 +497,7 @@ done:
     {
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        double t_train = res->seconds - ph[PHASE_EVAL];
+        double t_train = res->seconds - ph[PHASE_EVAL] - ph[PHASE_CKPT];
         res->samples_per_s = t_train > 0 ? (double)seen_total / t_train : 0;
         gl_runsummary sum = {.exit_code = code, .steps = step, .epochs = res->epochs_run, .skipped = skipped,
                              .samples = seen_total, .wall = res->seconds, .samples_per_s = res->samples_per_s,
@@ -385,7 +510,8 @@ done:
         metrics_format_iou(&vm, sum.iou, sizeof sum.iou);
         if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
         sum.exit_code = code;
-        sum.status = code == GL_EXIT_RUNTIME ? "failed" : res->target_reached == 1 ? "target reached"
+        sum.status = code == GL_EXIT_RUNTIME ? "failed" : code == GL_EXIT_STOPPED ? "stopped"
+                     : res->target_reached == 1 ? "target reached"
                      : res->target_reached == 0 ? "target not reached" : "finished";
         runlog_finish(&lg, &sum);
         if (code == GL_EXIT_TARGET)
@@ -393,9 +519,11 @@ done:
                     res->best, GL_EXIT_TARGET);
     }
     runlog_close(&lg);
+    train_ctx_free(&c);
     graph_free(&g);
     arena_free(&arena);
     loader_free(lt);
     loader_free(lv);
+early:
     return code;
 }

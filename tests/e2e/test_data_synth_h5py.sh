@@ -11,20 +11,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 need_galley
 need_cmd python3
 
-# h5py_python: prints a python with h5py, making $GALLEY_BUILD/h5py-venv on first use.
-h5py_python() {
-    local venv=$GALLEY_BUILD/h5py-venv
-    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import h5py' 2>/dev/null; then
-        echo "$venv/bin/python"
-        return 0
-    fi
-    python3 -m venv "$venv" >&2 || fail "python3 -m venv failed (Debian: apt-get install python3-venv)"
-    if ! "$venv/bin/pip" install -q --disable-pip-version-check h5py >&2; then
-        rm -rf "$venv"
-        return 1
-    fi
-    echo "$venv/bin/python"
-}
+# shellcheck source=tests/e2e/lib/h5py.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/h5py.sh"
 PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
 
 cd "$GL_TMP"

@@ -1,7 +1,8 @@
 // dropout.c: inverted dropout. In training each element is zeroed with probability rate and the
 // survivors are scaled by 1 / (1 - rate); evaluation is the identity. The draw for element e of
-// row r is rng_uniform(seed, RNG_DROPOUT, step, layer_index * 2^40 + r * size + e): reproducible,
-// and independent of the thread count. The mask (0 or the scale) is kept in l->scratch.
+// row r is rng_uniform(seed, RNG_DROPOUT, step, layer_index * 2^40 + (row0 + r) * size + e), row0
+// being the row's place in the global batch: reproducible, and independent of the thread count
+// and of how many ranks share the batch. The mask (0 or the scale) is kept in l->scratch.
 #include <stdio.h>
 
 #include "galley/layer.h"
@@ -35,7 +36,7 @@ static int dropout_infer(layer_t *l, char *err, size_t errlen) {
 
 static void dropout_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     be->dropout_forward(n * l->out.size, (float)l->cfg->v[K_RATE].f, train, l->seed, (uint64_t)l->step,
-                        (uint64_t)l->index << DROPOUT_INDEX_BITS, l->in[0]->data, l->scratch, l->out.data);
+                        ((uint64_t)l->index << DROPOUT_INDEX_BITS) + (uint64_t)(l->row0 * l->out.size), l->in[0]->data, l->scratch, l->out.data);
 }
 
 static void dropout_backward(layer_t *l, const gl_backend *be, int64_t n) {

@@ -1,0 +1,68 @@
+// dist.h: data-parallel ranks over MPI. One process started alone is rank 0 of 1 and never
+// touches MPI; under mpirun or `srun --mpi=pmix` rank, local rank and world come from MPI.
+//
+//   gl_dist d;  if (dist_init(&d, timeout_s, stderr)) return GL_EXIT_USAGE;
+//   ... dist_sum_doubles(&d, buf, n, "losses", step) ...        every rank, same order
+//   dist_finalize(&d);                                           or dist_abort(&d, code)
+//
+// Every wait is bounded: a collective that makes no progress for `timeout` seconds (a rank died
+// or hangs) prints which collective at which step and ends the whole job (MPI_Abort), so a job
+// never hangs silently. Only the main thread calls MPI (MPI_THREAD_FUNNELED).
+//
+// Gradients (gl_gradsync): the parameter gradient block is cut into buckets of about
+// distributed.bucket_mb, from the last layer backwards (the order backward fills them). A
+// bucket's non-blocking allreduce starts as soon as backward has passed its first layer, and
+// in-flight ones are progressed after every layer, so communication overlaps the rest of backward.
+#ifndef GALLEY_DIST_H
+#define GALLEY_DIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "galley/graph.h"
+
+typedef struct {
+    int rank, world;              // in the job
+    int local_rank, local_world;  // on this node (GPU binding, threads)
+    bool mpi;                     // MPI_Init was called (a launcher started this process)
+    double timeout;               // seconds a collective may wait (distributed.timeout)
+    const char *launcher;         // "mpirun", "srun", "mpi" or "none"
+    void *comm;                   // MPI_Comm (opaque here; dist.c owns it)
+} gl_dist;
+
+// Detects a launcher (Open MPI, PMIx, PMI2, Slurm) and initialises MPI if one started this
+// process. Returns 0, or GL_EXIT_USAGE with the reason on err (e.g. srun without an MPI plugin).
+int dist_init(gl_dist *d, double timeout, FILE *err);
+void dist_finalize(gl_dist *d);
+// Ends every rank of the job with code (MPI_Abort); exit(code) on one process.
+_Noreturn void dist_abort(gl_dist *d, int code);
+// The time limit of collectives (after the recipe is known).
+void dist_set_timeout(gl_dist *d, double timeout);
+
+// Collectives, each bounded by the timeout; `what` and `step` name it in the message.
+void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step);
+void dist_max_ints(gl_dist *d, int *buf, int count, const char *what, int64_t step);
+// all[world * count] = every rank's mine[count], in rank order.
+void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all, const char *what, int64_t step);
+void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all, const char *what, int64_t step);
+// bytes of buf from rank root to all.
+void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step);
+void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const char *what, int64_t step);
+void dist_barrier(gl_dist *d, const char *what, int64_t step);
+
+// ---- gradient allreduce in buckets, overlapped with backward ------------------------------------
+
+typedef struct gl_gradsync gl_gradsync;
+
+// Plans buckets over g's gradient block; overlap false starts them all after backward.
+gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overlap);
+void gradsync_free(gl_gradsync *s);
+int gradsync_buckets(const gl_gradsync *s);
+// Before backward: installs the per-layer hook on g for this step.
+void gradsync_begin(gl_gradsync *s, int64_t step);
+// After backward: starts what is left and waits for all. Returns the seconds spent waiting
+// (the communication backward did not hide).
+double gradsync_finish(gl_gradsync *s);
+
+#endif

@@ -1,0 +1,167 @@
+// ckpt_write.c: writes a checkpoint atomically (see ckpt.h): everything goes to a temporary file
+// beside the target, which is flushed to disk and then renamed over it, so a crash, a full disk
+// or a kill at any moment leaves either the old set of files or the old set plus a complete new one.
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_h5.h"
+#include "galley/check.h"
+#include "galley/ckpt.h"
+#include "data/h5_internal.h"
+#include "galley/h5data.h"
+
+#ifndef GALLEY_VERSION
+#define GALLEY_VERSION "0.1.0-dev"
+#endif
+
+static const char *opt_name(int t) { return t == OPT_SGD ? "sgd" : t == OPT_ADAMW ? "adamw" : "lamb"; }
+
+// The optimizer buffers that exist for this optimizer, with their names in the file.
+int ckpt_optim_buffers(const gl_optim *o, const char **names, float **bufs) {
+    int n = 0;
+    if (o->velocity) names[n] = "velocity", bufs[n++] = o->velocity;
+    if (o->m) names[n] = "m", bufs[n++] = o->m;
+    if (o->v) names[n] = "v", bufs[n++] = o->v;
+    return n;
+}
+
+static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st) {
+    char path[512];
+    hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
+    char hash[32], when[64];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)recipe_hash(r));
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    int rc = 0;
+    rc |= ck_attr_str(root, "format", GL_CKPT_FORMAT);
+    rc |= ck_attr_i64(root, "format_version", GL_CKPT_VERSION);
+    rc |= ck_attr_str(root, "galley_version", GALLEY_VERSION);
+    rc |= ck_attr_str(root, "created", when);
+    rc |= ck_attr_str(root, "recipe_hash", hash);
+    rc |= ck_attr_str(root, "name", r->name);
+    rc |= ck_attr_i64(root, "seed", r->seed);
+    rc |= ck_attr_i64(root, "step", st->step);
+    rc |= ck_attr_i64(root, "epoch", st->epoch);
+    rc |= ck_attr_i64(root, "next_batch", st->step);  // one training batch per step
+    rc |= ck_attr_i64(root, "samples", st->samples);
+    rc |= ck_attr_i64(root, "skipped", st->skipped);
+    rc |= ck_attr_i64(root, "world_size", st->world);
+    rc |= ck_attr_i64(root, "parts", st->parts);
+    rc |= ck_attr_i64(root, "threads", st->threads);
+    rc |= ck_attr_f64(root, "train_seconds", st->train_seconds);
+    rc |= ck_attr_f64(root, "best", st->best);
+    rc |= ck_attr_i64(root, "best_step", st->best_step);
+    rc |= ck_attr_f64(root, "best_loss", st->best_loss);
+    rc |= ck_attr_i64(root, "best_loss_step", st->best_loss_step);
+    rc |= ck_attr_i64(root, "epochs_run", st->epochs_run);
+    rc |= ck_attr_str(root, "optimizer", opt_name(o->type));
+    rc |= ck_attr_i64(root, "optimizer_steps", o->steps);
+    rc |= ck_attr_i64(root, "parameters", g->nparams);
+    H5Gclose(root);
+    if (rc) return -1;
+
+    // The resolved recipe, as text.
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
+    GL_CHECK(m, "open_memstream failed");
+    recipe_emit(r, m);
+    fclose(m);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, len + 1);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t ds = H5Dcreate2(f, "recipe", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    rc = ds >= 0 && H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0 ? 0 : -1;
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(sp);
+    H5Tclose(t);
+    free(text);
+    if (rc) return -1;
+
+    const char *bn[3];
+    float *bb[3];
+    int nb = ckpt_optim_buffers(o, bn, bb);
+    for (int i = 0; i < g->nlayers; i++) {
+        const layer_t *l = &g->layers[i];
+        for (int p = 0; p < l->nparams; p++) {
+            const gl_param *pa = &l->params[p];
+            snprintf(path, sizeof path, "params/%s/%s", l->cfg->name, pa->name);
+            if (ck_write_floats(f, path, &pa->shape, g->params + pa->offset)) return -1;
+            for (int b = 0; b < nb; b++) {
+                snprintf(path, sizeof path, "optim/%s/%s/%s", bn[b], l->cfg->name, pa->name);
+                if (ck_write_floats(f, path, &pa->shape, bb[b] + pa->offset)) return -1;
+            }
+        }
+        if (l->state_floats > 0) {
+            snprintf(path, sizeof path, "state/%s/running", l->cfg->name);
+            gl_shape s = shape_1d(l->state_floats);
+            if (ck_write_floats(f, path, &s, l->state)) return -1;
+        }
+    }
+    return 0;
+}
+
+static int fsync_path(const char *path, int dir) {
+    int fd = open(path, (dir ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    // Some file systems refuse fsync on directories (EINVAL): the rename is then as durable as they get.
+    if (rc && dir && (errno == EINVAL || errno == EBADF)) rc = 0;
+    close(fd);
+    return rc;
+}
+
+// Why a write in dir failed, in words (HDF5 does not pass errno on).
+static void why_failed(const char *dir, char *buf, size_t len) {
+    struct statvfs sv;
+    if (access(dir, W_OK) != 0) snprintf(buf, len, "the directory is not writable (%s)", strerror(errno));
+    else if (statvfs(dir, &sv) == 0 && sv.f_flag & ST_RDONLY) snprintf(buf, len, "the file system is read-only");
+    else if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < 64.0 * 1048576)
+        snprintf(buf, len, "the disk is full or nearly (%.1f MiB free)", (double)sv.f_bavail * sv.f_frsize / 1048576.0);
+    else snprintf(buf, len, "a write failed (disk full, quota or I/O error)");
+}
+
+int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st,
+               char *err, size_t errlen) {
+    h5_setup(r->data.file_locking);
+    char dcopy[4096], bcopy[4096], tmp[4200], why[160];
+    snprintf(dcopy, sizeof dcopy, "%s", path);
+    snprintf(bcopy, sizeof bcopy, "%s", path);
+    const char *dir = dirname(dcopy), *base = basename(bcopy);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    H5Pclose(fapl);
+    if (f < 0) {
+        why_failed(dir, why, sizeof why);
+        snprintf(err, errlen, "cannot create %s: %s", tmp, why);
+        return -1;
+    }
+    int rc = write_all(f, r, g, o, st);
+    if (H5Fclose(f) < 0) rc = -1;
+    if (rc == 0 && fsync_path(tmp, 0) != 0) rc = -1;
+    if (rc != 0) {
+        why_failed(dir, why, sizeof why);
+        snprintf(err, errlen, "writing %s failed: %s; the previous checkpoints are untouched", tmp, why);
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (fsync_path(dir, 1) != 0) {
+        snprintf(err, errlen, "fsync of %s failed after writing %s: %s", dir, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}

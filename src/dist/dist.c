@@ -1,0 +1,253 @@
+// dist.c: ranks, bounded collectives and abort over MPI (see dist.h). Without MPI (a build with
+// GALLEY_HAVE_MPI=0, or a process started alone) every collective is the identity on one rank.
+#include "galley/dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dist/dist_internal.h"
+#include "galley/check.h"
+
+double dist_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Which launcher started us, from the variables each one sets. NULL: none.
+static const char *launcher_of(void) {
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return "mpirun";
+    if (getenv("PMIX_RANK") || getenv("PMI_RANK") || getenv("PMI_SIZE"))
+        return getenv("SLURM_STEP_ID") ? "srun" : "mpi";
+    return NULL;
+}
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
+
+void dist_set_timeout(gl_dist *d, double timeout) { d->timeout = timeout > 0 ? timeout : 300; }
+
+#if GALLEY_HAVE_MPI
+#include <mpi.h>
+
+#define COMM(d) (*(MPI_Comm *)(d)->comm)
+
+int dist_init(gl_dist *d, double timeout, FILE *err) {
+    memset(d, 0, sizeof *d);
+    d->world = d->local_world = 1;
+    d->launcher = "none";
+    dist_set_timeout(d, timeout);
+    const char *l = launcher_of();
+    if (!l) {
+        // srun without an MPI plugin starts N copies that each think they are alone: N
+        // identical runs writing the same files. Refuse rather than do that.
+        int ntasks = env_int("SLURM_STEP_NUM_TASKS", env_int("SLURM_NTASKS", 1));
+        if (getenv("SLURM_STEP_ID") && getenv("SLURM_PROCID") && ntasks > 1) {
+            fprintf(err, "galley: error: started by srun as one of %d tasks, but without MPI: each would train alone\n"
+                         "  hint: run `srun --mpi=pmix ...` (see `srun --mpi=list`), or `srun -n 1`\n", ntasks);
+            return GL_EXIT_USAGE;
+        }
+        return 0;
+    }
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+        fprintf(err, "galley: error: MPI_Init failed under %s\n", l);
+        return GL_EXIT_USAGE;
+    }
+    d->mpi = true;
+    d->launcher = l;
+    d->comm = gl_xmalloc(sizeof(MPI_Comm));
+    MPI_Comm_dup(MPI_COMM_WORLD, (MPI_Comm *)d->comm);
+    MPI_Comm_rank(COMM(d), &d->rank);
+    MPI_Comm_size(COMM(d), &d->world);
+    MPI_Comm node;
+    MPI_Comm_split_type(COMM(d), MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &d->local_rank);
+    MPI_Comm_size(node, &d->local_world);
+    MPI_Comm_free(&node);
+    return 0;
+}
+
+void dist_finalize(gl_dist *d) {
+    if (!d->mpi) return;
+    MPI_Comm_free((MPI_Comm *)d->comm);
+    free(d->comm);
+    d->comm = NULL;
+    MPI_Finalize();
+    d->mpi = false;
+}
+
+_Noreturn void dist_abort(gl_dist *d, int code) {
+    fflush(stdout);
+    fflush(stderr);
+    if (d && d->mpi) MPI_Abort(COMM(d), code);
+    exit(code);
+}
+
+// Waits for n requests, polling so that the wait is bounded by the timeout.
+void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
+    MPI_Request *r = reqs;
+    double t0 = dist_now();
+    struct timespec nap = {0, 20000};
+    for (long spins = 0;; spins++) {
+        int done = 0;
+        MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
+        if (done) return;
+        if (spins > 2000) {  // after the first few milliseconds, stop burning a core
+            if (dist_now() - t0 > d->timeout) {
+                fprintf(stderr, "galley: error: rank %d of %d: %s at step %lld made no progress for %.0f s: "
+                                "another rank has probably died or hangs; ending the job "
+                                "(distributed.timeout)\n",
+                        d->rank, d->world, what, (long long)step, d->timeout);
+                dist_abort(d, GL_EXIT_RUNTIME);
+            }
+            nanosleep(&nap, NULL);
+        }
+    }
+}
+
+void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) return;
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_SUM, COMM(d), &r);
+    dist_wait(d, 1, &r, what, step);
+}
+
+void dist_max_ints(gl_dist *d, int *buf, int count, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) return;
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_INT, MPI_MAX, COMM(d), &r);
+    dist_wait(d, 1, &r, what, step);
+}
+
+void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) {
+        memcpy(all, mine, sizeof(double) * (size_t)count);
+        return;
+    }
+    MPI_Request r;
+    MPI_Iallgather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, COMM(d), &r);
+    dist_wait(d, 1, &r, what, step);
+}
+
+// Large blocks go in pieces: MPI counts are ints.
+#define DIST_PIECE ((int64_t)1 << 26)
+
+void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) {
+        memcpy(all, mine, sizeof(float) * (size_t)count);
+        return;
+    }
+    // Pieces of every rank's block land at rank * count + offset: one resized datatype per piece
+    // would do it in one call; a piece at a time through a staging buffer is simpler and the
+    // deterministic mode it serves is not the fast path.
+    int64_t piece = count < DIST_PIECE ? count : DIST_PIECE;
+    float *tmp = gl_xmalloc(sizeof(float) * (size_t)(piece * d->world));
+    for (int64_t off = 0; off < count; off += piece) {
+        int len = (int)(count - off < piece ? count - off : piece);
+        MPI_Request r;
+        MPI_Iallgather(mine + off, len, MPI_FLOAT, tmp, len, MPI_FLOAT, COMM(d), &r);
+        dist_wait(d, 1, &r, what, step);
+        for (int k = 0; k < d->world; k++)
+            memcpy(all + (int64_t)k * count + off, tmp + (int64_t)k * len, sizeof(float) * (size_t)len);
+    }
+    free(tmp);
+}
+
+void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) return;
+    for (int64_t off = 0; off < bytes; off += DIST_PIECE) {
+        int len = (int)(bytes - off < DIST_PIECE ? bytes - off : DIST_PIECE);
+        MPI_Request r;
+        MPI_Ibcast((char *)buf + off, len, MPI_BYTE, root, COMM(d), &r);
+        dist_wait(d, 1, &r, what, step);
+    }
+}
+
+void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const char *what, int64_t step) {
+    dist_bcast(d, buf, count * (int64_t)sizeof(float), root, what, step);
+}
+
+void dist_barrier(gl_dist *d, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) return;
+    MPI_Request r;
+    MPI_Ibarrier(COMM(d), &r);
+    dist_wait(d, 1, &r, what, step);
+}
+
+void dist_iallreduce_floats(gl_dist *d, float *buf, int64_t count, void *reqs, int *nreq) {
+    MPI_Request *r = reqs;
+    int k = 0;
+    for (int64_t off = 0; off < count; off += DIST_PIECE, k++) {
+        int len = (int)(count - off < DIST_PIECE ? count - off : DIST_PIECE);
+        MPI_Iallreduce(MPI_IN_PLACE, buf + off, len, MPI_FLOAT, MPI_SUM, COMM(d), &r[k]);
+    }
+    *nreq = k;
+}
+
+int dist_test(gl_dist *d, int n, void *reqs) {
+    (void)d;
+    int done = 0;
+    MPI_Testall(n, (MPI_Request *)reqs, &done, MPI_STATUSES_IGNORE);
+    return done;
+}
+
+size_t dist_request_size(void) { return sizeof(MPI_Request); }
+
+#else  // no MPI in this build: one rank
+
+int dist_init(gl_dist *d, double timeout, FILE *err) {
+    memset(d, 0, sizeof *d);
+    d->world = d->local_world = 1;
+    d->launcher = "none";
+    dist_set_timeout(d, timeout);
+    if (launcher_of()) {
+        fprintf(err, "galley: error: started by an MPI launcher, but this galley was built without MPI\n");
+        return GL_EXIT_USAGE;
+    }
+    return 0;
+}
+void dist_finalize(gl_dist *d) { (void)d; }
+_Noreturn void dist_abort(gl_dist *d, int code) {
+    (void)d;
+    fflush(stdout);
+    exit(code);
+}
+void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
+    (void)d, (void)n, (void)reqs, (void)what, (void)step;
+}
+void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step) {
+    (void)d, (void)buf, (void)count, (void)what, (void)step;
+}
+void dist_max_ints(gl_dist *d, int *buf, int count, const char *what, int64_t step) {
+    (void)d, (void)buf, (void)count, (void)what, (void)step;
+}
+void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all, const char *what, int64_t step) {
+    (void)d, (void)what, (void)step;
+    memcpy(all, mine, sizeof(double) * (size_t)count);
+}
+void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all, const char *what, int64_t step) {
+    (void)d, (void)what, (void)step;
+    memcpy(all, mine, sizeof(float) * (size_t)count);
+}
+void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step) {
+    (void)d, (void)buf, (void)bytes, (void)root, (void)what, (void)step;
+}
+void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const char *what, int64_t step) {
+    (void)d, (void)buf, (void)count, (void)root, (void)what, (void)step;
+}
+void dist_barrier(gl_dist *d, const char *what, int64_t step) { (void)d, (void)what, (void)step; }
+void dist_iallreduce_floats(gl_dist *d, float *buf, int64_t count, void *reqs, int *nreq) {
+    (void)d, (void)buf, (void)count, (void)reqs;
+    *nreq = 0;
+}
+int dist_test(gl_dist *d, int n, void *reqs) {
+    (void)d, (void)n, (void)reqs;
+    return 1;
+}
+size_t dist_request_size(void) { return sizeof(int); }
+
+#endif

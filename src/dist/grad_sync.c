@@ -1,0 +1,109 @@
+// grad_sync.c: bucketed gradient allreduce overlapped with backward (see dist.h).
+//
+// Buckets are whole layers' gradient slices, taken from the last layer backwards until a bucket
+// holds about bucket_mb; layers without parameters belong to none. Layer i's backward completes
+// bucket b when i is b's lowest layer, because backward visits layers last to first. Non-blocking
+// MPI progresses only inside MPI calls, so every layer hook also tests the buckets in flight.
+#include <stdlib.h>
+
+#include "dist/dist_internal.h"
+#include "galley/check.h"
+
+#define MAX_PIECES_PER_BUCKET 64
+
+typedef struct {
+    int64_t off, len;  // slice of the gradient block
+    int lo_layer;      // the lowest layer with parameters in it
+    int started, done, nreq;
+    char *reqs;        // MAX_PIECES_PER_BUCKET requests
+} bucket;
+
+struct gl_gradsync {
+    gl_dist *d;
+    gl_graph *g;
+    bool overlap;
+    int nb;
+    bucket *b;
+    int next;  // the next bucket to start (they start in order)
+    int64_t step;
+    char what[64];
+};
+
+static void start_bucket(gl_gradsync *s, bucket *b) {
+    dist_iallreduce_floats(s->d, s->g->grads + b->off, b->len, b->reqs, &b->nreq);
+    b->started = 1;
+}
+
+// Progresses the buckets in flight (a cheap test each).
+static void poke(gl_gradsync *s) {
+    for (int k = 0; k < s->next; k++) {
+        bucket *b = &s->b[k];
+        if (!b->done && dist_test(s->d, b->nreq, b->reqs)) b->done = 1;
+    }
+}
+
+static void on_layer_done(void *ctx, int layer) {
+    gl_gradsync *s = ctx;
+    while (s->next < s->nb && s->b[s->next].lo_layer >= layer) start_bucket(s, &s->b[s->next++]);
+    poke(s);
+}
+
+gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overlap) {
+    gl_gradsync *s = gl_xcalloc(1, sizeof *s);
+    s->d = d, s->g = g, s->overlap = overlap;
+    int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
+    if (cap < 1) cap = 1;
+    s->b = gl_xcalloc((size_t)g->nlayers + 1, sizeof(bucket));
+    bucket *cur = NULL;
+    for (int i = g->nlayers - 1; i >= 0; i--) {
+        const layer_t *l = &g->layers[i];
+        int64_t n = 0;
+        for (int p = 0; p < l->nparams; p++) n += l->params[p].size;
+        if (n == 0) continue;
+        if (!cur || cur->len >= cap) {
+            cur = &s->b[s->nb++];
+            cur->off = l->params[0].offset + n;  // grows downwards below
+        }
+        cur->off -= n;
+        cur->len += n;
+        cur->lo_layer = i;
+    }
+    size_t rs = dist_request_size();
+    for (int k = 0; k < s->nb; k++) {
+        GL_CHECK(s->b[k].len / ((int64_t)1 << 26) < MAX_PIECES_PER_BUCKET, "gradient bucket too large");
+        s->b[k].reqs = gl_xcalloc(MAX_PIECES_PER_BUCKET, rs);
+    }
+    return s;
+}
+
+void gradsync_free(gl_gradsync *s) {
+    if (!s) return;
+    for (int k = 0; k < s->nb; k++) free(s->b[k].reqs);
+    free(s->b);
+    free(s);
+}
+
+int gradsync_buckets(const gl_gradsync *s) { return s->nb; }
+
+void gradsync_begin(gl_gradsync *s, int64_t step) {
+    s->step = step;
+    s->next = 0;
+    for (int k = 0; k < s->nb; k++) s->b[k].started = s->b[k].done = 0;
+    s->g->layer_done = s->overlap && s->d->world > 1 ? on_layer_done : NULL;
+    s->g->layer_done_ctx = s;
+}
+
+double gradsync_finish(gl_gradsync *s) {
+    s->g->layer_done = NULL;
+    if (s->d->world == 1) return 0;
+    double t0 = dist_now();
+    while (s->next < s->nb) start_bucket(s, &s->b[s->next++]);
+    for (int k = 0; k < s->nb; k++) {
+        bucket *b = &s->b[k];
+        if (b->done) continue;
+        snprintf(s->what, sizeof s->what, "the gradient allreduce (bucket %d of %d)", k + 1, s->nb);
+        dist_wait(s->d, b->nreq, b->reqs, s->what, s->step);
+        b->done = 1;
+    }
+    return dist_now() - t0;
+}

@@ -1,0 +1,69 @@
+// train_internal.h: what the training loop's files share: one step's forward, backward and
+// reductions across ranks (train_step.c), and checkpoint save and resume (train_ckpt.c).
+#ifndef GALLEY_TRAIN_INTERNAL_H
+#define GALLEY_TRAIN_INTERNAL_H
+
+#include "galley/arena.h"
+#include "galley/ckpt.h"
+#include "galley/dist.h"
+#include "galley/graph.h"
+#include "galley/loader.h"
+#include "galley/loss.h"
+#include "galley/optim.h"
+#include "galley/recipe.h"
+
+// Flags every rank raises for itself; a step sums them over ranks so that all act together.
+enum { FLAG_SIGNAL = 0, FLAG_TIME, FLAG_CKPT, FLAG_COUNT };
+#define STEP_VEC (GL_METRICS_PACKED + 1 + FLAG_COUNT)  // metrics, non-finite parts, flags
+
+typedef struct {
+    const recipe_t *r;
+    gl_dist *d;
+    gl_graph *g;
+    const gl_backend *be;
+    const gl_loss *loss;
+    gl_optim *opt;
+    gl_gradsync *sync;
+    int parts;          // distributed.deterministic: parts of the global batch; 0: one per rank, reduced by sum
+    int local_parts;    // parts this rank computes
+    float *part_grads;  // [local_parts, nparams] (deterministic)
+    float *all_grads;   // [parts, nparams] (deterministic, more than one rank)
+    double *part_vec;   // [local_parts, STEP_VEC]
+    double *all_vec;    // [parts or world, STEP_VEC]
+    float *state_tmp;   // [state_floats]: layer state kept across the parts that must not update it
+    int64_t state_floats;
+    gl_metrics lm, sm;  // scratch: one part's metrics; the last step's global metrics
+    double comm_s;      // the last step's communication (reductions, gradient waits and sums)
+    double bwd_s;       // the last step's backward
+    double flags[FLAG_COUNT];  // the last step's flags, summed over ranks
+} train_ctx;
+
+// Arena bytes train_ctx_init carves for this recipe, model and rank count.
+size_t train_ctx_bytes(const recipe_t *r, const gl_graph *g, const gl_dist *d);
+void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, const gl_loss *loss, gl_optim *opt,
+                    const gl_dataset *train, gl_arena *a);
+void train_ctx_free(train_ctx *c);
+// One global step on this rank's part of batch b: forward, loss, and (when every part's loss
+// is finite) backward with the gradients summed over ranks into g->grads. flags: this rank's
+// FLAG_* (summed into c->flags). Returns the global mean loss, NAN if any part's was not
+// finite (then *bad says whether one of this rank's was, and no backward ran).
+double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *flags, int *bad);
+// One evaluation pass over lv into m (global: reduced over ranks).
+int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err);
+// Copies rank 0's layer state (batch-norm running statistics) to every rank.
+void train_share_state(train_ctx *c, int64_t step);
+
+// ---- checkpoints (train_ckpt.c) ----
+
+// Picks what `--resume` names (a file, or "auto": the newest good checkpoint of this run in
+// checkpoint.dir, falling back past damaged ones). path[0] = 0: start fresh. *step: its step.
+// Rank 0 decides and tells the others. Returns GL_EXIT_OK or GL_EXIT_USAGE (printed).
+int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *path, size_t len, int64_t *step,
+                      FILE *out, FILE *err);
+// Rank 0 reads path into the model, optimizer and st; every rank gets the same. GL_EXIT_OK, or
+// GL_EXIT_USAGE / GL_EXIT_RUNTIME (printed).
+int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *err);
+// Rank 0 writes the checkpoint of st->step; every rank learns the outcome. 0, or -1 (printed).
+int train_save(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err, double *seconds);
+
+#endif
