@@ -7,6 +7,12 @@
 
 typedef enum { ACT_RELU, ACT_LEAKY_RELU, ACT_TANH, ACT_SIGMOID, ACT_GELU } gl_act;
 
+// A sum of doubles over ranks, in place (sync_batchnorm); every rank calls it in the same order.
+typedef struct {
+    void (*sum)(void *ctx, double *buf, int count);
+    void *ctx;
+} gl_reducer;
+
 typedef struct gl_backend {
     const char *name;
     // y[N,U] = x[N,K] . W[U,K]^T (+ b[U])
@@ -92,13 +98,17 @@ typedef struct gl_backend {
     // train: batch statistics (biased variance) normalise, and running = (1 - momentum) * running
     // + momentum * batch with the unbiased variance, as PyTorch. Not train: running stats normalise.
     // saved [2C + 1] receives what backward needs: mean [C], 1/sqrt(var + eps) [C], train (0/1).
+    // red: NULL, or (sync_batchnorm) the sum over ranks: then batch statistics cover every rank's
+    // rows, as if one process had the whole batch.
     void (*batch_norm_forward)(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
                                const float *beta, float eps, int train, float momentum, float *running,
-                               float *saved, float *y);
-    // dgamma, dbeta [C] overwritten (only with gamma), dx accumulated (may be NULL). Batch
-    // statistics are differentiated through; running ones are constants.
+                               float *saved, float *y, const gl_reducer *red);
+    // dgamma, dbeta [C] overwritten (only with gamma; this rank's rows: the gradient allreduce
+    // sums them), dx accumulated (may be NULL). Batch statistics are differentiated through (over
+    // every rank's rows with red); running ones are constants.
     void (*batch_norm_backward)(int64_t n, int64_t c, int64_t s, const float *x, const float *dy,
-                                const float *gamma, const float *saved, float *dgamma, float *dbeta, float *dx);
+                                const float *gamma, const float *saved, float *dgamma, float *dbeta, float *dx,
+                                const gl_reducer *red);
     // Layer norm of each row of x[N, K] over its K elements; gamma, beta [K], or NULL without
     // affine. saved [2N] receives each row's mean [N] and 1/sqrt(var + eps) [N].
     void (*layer_norm_forward)(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta,

@@ -26,6 +26,7 @@ typedef struct {
     uint64_t seed;      // for per-step randomness in layers (dropout)
     int64_t step;       // the optimizer step the next forward belongs to
     int64_t row0;       // the global batch position of row 0 (ranks and parts; keys dropout draws)
+    const gl_reducer *reduce;  // distributed.sync_batchnorm: batch statistics summed over ranks (NULL: local)
     // Called after each layer's backward (layers run last to first): gradient buckets start
     // their allreduce from here. NULL: none.
     void (*layer_done)(void *ctx, int layer);

@@ -64,6 +64,7 @@ struct layer {
     uint64_t seed;
     int64_t step;
     int64_t row0;  // the global batch position of row 0, so draws do not depend on how ranks split it
+    const gl_reducer *reduce;  // sync_batchnorm across ranks: the sum over ranks (NULL: local statistics)
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

@@ -125,8 +125,22 @@ static void why_failed(const char *dir, char *buf, size_t len) {
     if (access(dir, W_OK) != 0) snprintf(buf, len, "the directory is not writable (%s)", strerror(errno));
     else if (statvfs(dir, &sv) == 0 && sv.f_flag & ST_RDONLY) snprintf(buf, len, "the file system is read-only");
     else if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < 64.0 * 1048576)
-        snprintf(buf, len, "the disk is full or nearly (%.1f MiB free)", (double)sv.f_bavail * sv.f_frsize / 1048576.0);
-    else snprintf(buf, len, "a write failed (disk full, quota or I/O error)");
+        snprintf(buf, len, "the disk is full (%.1f MiB free)", (double)sv.f_bavail * sv.f_frsize / 1048576.0);
+    else snprintf(buf, len, "no space left (a quota, or the disk is full)");
+}
+
+// Writes all of buf to fd, or -1 with errno set.
+static int write_full(int fd, const char *buf, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = ENOSPC;
+            return -1;
+        }
+        buf += w, n -= (size_t)w;
+    }
+    return 0;
 }
 
 int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st,
@@ -137,21 +151,46 @@ int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_
     snprintf(bcopy, sizeof bcopy, "%s", path);
     const char *dir = dirname(dcopy), *base = basename(bcopy);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
-    hid_t fapl = h5_fapl();
+
+    // The file is built in memory (HDF5's core driver) and written with plain write(2) and
+    // fsync(2): every I/O error (a full disk, a quota) then surfaces here with its errno, and
+    // HDF5 never holds a half-flushed file it cannot close. It costs the file's size in memory
+    // twice, briefly.
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_fapl_core(fapl, 1 << 20, 0);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     if (f < 0) {
-        why_failed(dir, why, sizeof why);
-        snprintf(err, errlen, "cannot create %s: %s", tmp, why);
+        snprintf(err, errlen, "cannot build the checkpoint in memory (HDF5)");
         return -1;
     }
     int rc = write_all(f, r, g, o, st);
-    if (H5Fclose(f) < 0) rc = -1;
-    if (rc == 0 && fsync_path(tmp, 0) != 0) rc = -1;
+    if (rc == 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) rc = -1;
+    ssize_t size = rc == 0 ? H5Fget_file_image(f, NULL, 0) : -1;
+    char *image = size > 0 ? malloc((size_t)size) : NULL;
+    if (!image || H5Fget_file_image(f, image, (size_t)size) != size) rc = -1;
+    H5Fclose(f);
     if (rc != 0) {
+        free(image);
+        snprintf(err, errlen, "cannot build the checkpoint in memory (HDF5 failed; out of memory?)");
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
         why_failed(dir, why, sizeof why);
-        snprintf(err, errlen, "writing %s failed: %s; the previous checkpoints are untouched", tmp, why);
+        snprintf(err, errlen, "cannot create %s: %s (%s)", tmp, why, strerror(errno));
+        free(image);
+        return -1;
+    }
+    int werr = write_full(fd, image, (size_t)size) != 0 || fsync(fd) != 0 ? errno : 0;
+    if (close(fd) != 0 && !werr) werr = errno;
+    free(image);
+    if (werr) {
         unlink(tmp);
+        if (werr == ENOSPC || werr == EDQUOT) why_failed(dir, why, sizeof why);
+        else snprintf(why, sizeof why, "%s", strerror(werr));
+        snprintf(err, errlen, "writing %s (%.1f MiB) failed: %s; the previous checkpoints are untouched", tmp,
+                 (double)size / 1048576.0, why);
         return -1;
     }
     if (rename(tmp, path) != 0) {

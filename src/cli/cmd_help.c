@@ -16,7 +16,8 @@ void cli_usage(FILE *out) {
           "                                 and a summary of the model\n"
           "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
           "                                 of one or more runs\n"
-          "  info                           version, build features, CPU, GPUs, MPI and NCCL\n"
+          "  info [--wiring]                version, build features, CPU, GPUs, MPI and NCCL (--wiring: what\n"
+          "                                 the container's site hooks set up)\n"
           "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"          "  data inspect FILE.h5           datasets, shapes, dtypes, chunks, filters, min/max/mean\n"
           "  data bench RECIPE [k=v]        the data loader's throughput alone (read, full, synthetic)\n"
           "  ckpt inspect FILE [--recipe]   what a checkpoint holds, every checksum verified\n"
@@ -77,10 +78,15 @@ int cli_help_for(const char *c, FILE *out) {
               "Errors name FILE:LINE:COLUMN and the key path. Exit codes: 0 valid, 2 invalid.\n",
               out);
     } else if (!strcmp(c, "info")) {
-        fputs("usage: galley info\n\n"
+        fputs("usage: galley info [--wiring]\n\n"
               "Prints the version, build type and features (CUDA backend, sanitizers), library versions\n"
               "(libyaml, HDF5, OpenBLAS, MPI), the CPU and its vector features, GPUs seen by the CUDA\n"
-              "runtime, and whether NCCL can be loaded.\n",
+              "runtime, and whether NCCL can be loaded.\n\n"
+              "--wiring prints the report the image's entrypoint (/opt/galley/site/galley-entrypoint) wrote\n"
+              "at container start: runtime, site, ranks, and each variable its hooks set or kept, and why\n"
+              "(GPU binding, NCCL plugin and Slingshot settings, MPI/PMIx, HDF5 file locking); then the\n"
+              "NCCL_*, FI_*, OMPI_MCA_*, PMIX_MCA_*, GALLEY_*, CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH and rank\n"
+              "variables galley sees. Outside the container it says that no hooks ran.\n",
               out);
     } else if (!strcmp(c, "data")) {
         fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n"

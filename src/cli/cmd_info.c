@@ -1,9 +1,12 @@
-// cmd_info.c: `galley info`: what this binary is, was built with, and can see.
+// cmd_info.c: `galley info`: what this binary is, was built with, and can see;
+// `galley info --wiring`: what the container's site hooks (site/galley-entrypoint) did.
 #include <dlfcn.h>
+#include <errno.h>
 #include <hdf5.h>
 #include <mpi.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
@@ -62,12 +65,71 @@ static void nccl_probe(char *buf, size_t len) {
     dlclose(h);
 }
 
+extern char **environ;
+
+// The variables the site hooks set or read (site/README.md), shown by --wiring as galley sees them.
+static const char *const wiring_prefixes[] = {"NCCL_", "FI_", "OMPI_MCA_", "PMIX_MCA_", "GALLEY_"};
+static const char *const wiring_names[] = {
+    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "HDF5_USE_FILE_LOCKING", "SLURM_PROCID", "SLURM_LOCALID",
+    "SLURM_NTASKS", "SLURM_NNODES", "SLURM_STEP_NUM_NODES", "SLURM_MPI_TYPE", "SLURM_CLUSTER_NAME", "PMIX_RANK",
+    "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE", "NERSC_HOST", "SHIFTER_RUNTIME"};
+
+static int wiring_var(const char *kv) {
+    size_t n = strcspn(kv, "=");
+    for (size_t i = 0; i < sizeof wiring_prefixes / sizeof *wiring_prefixes; i++)
+        if (!strncmp(kv, wiring_prefixes[i], strlen(wiring_prefixes[i]))) return 1;
+    for (size_t i = 0; i < sizeof wiring_names / sizeof *wiring_names; i++)
+        if (strlen(wiring_names[i]) == n && !strncmp(kv, wiring_names[i], n)) return 1;
+    return 0;
+}
+
+static int str_compare(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// The entrypoint's report (GALLEY_WIRING_FILE), then the variables as galley sees them now.
+static int info_wiring(void) {
+    const char *path = getenv("GALLEY_WIRING_FILE");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    if (!path || !*path) {
+        printf("no site hooks ran: GALLEY_WIRING_FILE is not set, so galley was not started through the image's\n"
+               "entrypoint (/opt/galley/site/galley-entrypoint). Inside the image, run it as\n"
+               "`podman run IMAGE galley info --wiring`; GALLEY_HOOKS_DEBUG=1 prints the report at start.\n");
+    } else if (!f) {
+        printf("no wiring report: GALLEY_WIRING_FILE=%s cannot be read (%s);\n"
+               "the entrypoint writes it at container start (set GALLEY_WIRING_FILE or TMPDIR to a writable place)\n",
+               path, strerror(errno));
+    } else {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+        fclose(f);
+    }
+
+    size_t count = 0, k = 0;
+    for (char **e = environ; *e; e++) count += wiring_var(*e);
+    const char **vars = gl_xmalloc((count ? count : 1) * sizeof *vars);
+    for (char **e = environ; *e; e++)
+        if (wiring_var(*e)) vars[k++] = *e;
+    qsort(vars, count, sizeof *vars, str_compare);
+    printf("\nenvironment galley sees (NCCL_*, FI_*, OMPI_MCA_*, PMIX_MCA_*, GALLEY_*, GPUs, library path, ranks):\n");
+    for (size_t i = 0; i < count; i++) printf("  %s\n", vars[i]);
+    if (!count) printf("  (none of them is set)\n");
+    free(vars);
+    return GL_EXIT_OK;
+}
+
 int cmd_info(int argc, char **argv) {
-    if (argc > 0 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) return cli_help_for("info", stdout), 0;
-    if (argc > 0) {
-        fprintf(stderr, "galley info: takes no arguments\n");
+    int wiring = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return cli_help_for("info", stdout), 0;
+        if (!strcmp(argv[i], "--wiring")) {
+            wiring = 1;
+            continue;
+        }
+        fprintf(stderr, "galley info: unknown argument '%s'; usage: galley info [--wiring]\n", argv[i]);
         return GL_EXIT_USAGE;
     }
+    if (wiring) return info_wiring();
     unsigned maj = 0, min = 0, rel = 0;
     H5get_libversion(&maj, &min, &rel);
     char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";

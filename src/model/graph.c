@@ -110,6 +110,7 @@ void graph_forward(gl_graph *g, int64_t n, bool train) {
         g->layers[i].seed = g->seed;
         g->layers[i].step = g->step;
         g->layers[i].row0 = g->row0;
+        g->layers[i].reduce = g->reduce;
         g->layers[i].kind->forward(&g->layers[i], g->be, n, train);
     }
 }

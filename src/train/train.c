@@ -126,6 +126,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     gl_dist solo = {.world = 1, .local_world = 1, .launcher = "none"};
     gl_dist *d = opts->dist ? opts->dist : &solo;
     dist_set_timeout(d, r->distributed.timeout);
+    train_signals_install();  // from here a signal stops the run at its next step (the first, if need be)
     int code = check_split(r, d, err);
     if (code != GL_EXIT_OK) goto early;
     const gl_backend *be = backend_cpu();
@@ -138,6 +139,23 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (opts->resume &&
         (code = train_resume_pick(r, opts->resume, d, resume_path, sizeof resume_path, &resume_step, out, err)))
         goto early;
+
+    // A checkpoint directory that cannot be written is found now, not after hours of training.
+    {
+        int ok = 1;
+        char why[4400];
+        if (d->rank == 0 && ckpt_prepare_dir(r->checkpoint.dir, why, sizeof why) != 0) {
+            fprintf(err, "%s: error: %s\n  hint: set checkpoint.dir to a directory you can write (checkpoints are "
+                         "written at the end, every checkpoint.every_steps/every_minutes, and on SIGTERM/SIGUSR1)\n",
+                    r->file, why);
+            ok = 0;
+        }
+        dist_bcast(d, &ok, sizeof ok, 0, "checking checkpoint.dir", 0);
+        if (!ok) {
+            code = GL_EXIT_USAGE;
+            goto early;
+        }
+    }
 
     // The data first: its loaders check files and datasets (exit 2 naming them) and give the
     // shapes the model is built for. They own their memory, counted in the plan below.
@@ -172,6 +190,19 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
                     err) != 0 ||
         train_check_model(r, &g, &train, err) != 0) {
+        graph_free(&g);
+        loader_free(lt);
+        loader_free(lv);
+        code = GL_EXIT_USAGE;
+        goto early;
+    }
+    // Synchronised batch norm needs every rank in every batch (each joins the statistics' sum).
+    int64_t tail = r->data.loader.drop_last ? 0 : train.n % (r->train.batch_size < train.n ? r->train.batch_size : train.n);
+    if (r->distributed.sync_batchnorm && d->world > 1 && tail > 0 && tail < d->world) {
+        if (d->rank == 0)
+            fprintf(err, "%s: error: distributed.sync_batchnorm: the last batch of each epoch has %lld samples, fewer "
+                         "than the %d ranks; set data.loader.drop_last: true or change train.batch_size\n",
+                    r->file, (long long)tail, d->world);
         graph_free(&g);
         loader_free(lt);
         loader_free(lv);
@@ -272,6 +303,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 
     int64_t step = ck.step, skipped = ck.skipped, seen = 0, seen_total = 0, best_step = ck.best_step;
     const int64_t samples_base = ck.samples;
+    const double seconds_base = ck.train_seconds;
     int64_t epoch = step / steps_per_epoch + 1;
     res->best = ck.best, res->best_loss = ck.best_loss, res->best_loss_step = ck.best_loss_step;
     res->epochs_run = ck.epochs_run;
@@ -282,7 +314,6 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     w.t0 = t_start;
     metrics_reset(&tm);
     gl_logpoint p;
-    train_signals_install();
     if (step >= total_steps)
         fprintf(out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
                      "train.steps or train.epochs to go on\n", (long long)step, (long long)total_steps);
@@ -324,12 +355,16 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             if (r->train.nonfinite == NONFINITE_SKIP) {
                 skipped++;
             } else {
-                if (bad) {
+                if (bad) {  // this rank's part went non-finite: say where (every rank that has one does)
                     int first = graph_first_nonfinite(&g, b.n);
-                    if (d->world > 1) fprintf(err, "galley: rank %d: ", d->rank);
+                    char who[64] = "";
+                    if (d->world > 1) snprintf(who, sizeof who, "rank %d of %d: ", d->rank, d->world);
                     if (first >= 0)
-                        fprintf(err, "galley: the first layer whose output is not finite is '%s' (model.layers[%d])\n",
-                                g.layers[first].cfg->name, first);
+                        fprintf(err, "galley: %sthe first layer whose output is not finite is '%s' (model.layers[%d])\n",
+                                who, g.layers[first].cfg->name, first);
+                    else
+                        fprintf(err, "galley: %severy layer's output is finite, so the loss itself overflowed (check "
+                                     "the targets)\n", who);
                 }
                 if (d->rank == 0)
                     fprintf(err, "galley: error: the loss became %g at step %lld (epoch %lld)%s\n"
@@ -398,6 +433,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             ck.step = step, ck.epoch = epoch, ck.samples = samples_base + seen_total, ck.skipped = skipped;
             ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
             ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
+            ck.train_seconds = seconds_base + (now_s() - t_start);
             double secs;
             int rc = train_save(&c, &ck, out, err, &secs);
             ph[PHASE_CKPT] += secs;
@@ -464,7 +500,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         ck.step = step, ck.epoch = step > 0 ? (step - 1) / steps_per_epoch + 1 : 1, ck.samples = samples_base + seen_total;
         ck.skipped = skipped, ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
         ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
-        ck.train_seconds += now_s() - t_start;
+        ck.train_seconds = seconds_base + (now_s() - t_start);
         double secs;
         int rc = train_save(&c, &ck, out, err, &secs);
         ph[PHASE_CKPT] += secs;
@@ -473,16 +509,15 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             int sig = train_signal_pending();
             const char *why = sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT"
                               : stopped_by;
-            fprintf(out, "stopped by %s at step %lld (epoch %lld) with a checkpoint; continue with: galley train %s "
-                         "--resume auto (exit code %d)\n",
-                    why, (long long)step, (long long)epoch, r->file, GL_EXIT_STOPPED);
+            fprintf(out, "stopped by %s at step %lld (epoch %lld) with a checkpoint; to continue, run the same "
+                         "command with --resume auto (exit code %d)\n",
+                    why, (long long)step, (long long)epoch, GL_EXIT_STOPPED);
             code = GL_EXIT_STOPPED;
         }
     } else if (stopped_by) {
         code = GL_EXIT_STOPPED;
     }
 done:
-    train_signals_restore();
     {
         char first[1024];
         int64_t k = loader_skipped(lt, first, sizeof first);
@@ -525,5 +560,6 @@ done:
     loader_free(lt);
     loader_free(lv);
 early:
+    train_signals_restore();
     return code;
 }

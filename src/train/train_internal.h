@@ -36,6 +36,8 @@ typedef struct {
     double comm_s;      // the last step's communication (reductions, gradient waits and sums)
     double bwd_s;       // the last step's backward
     double flags[FLAG_COUNT];  // the last step's flags, summed over ranks
+    gl_reducer bn_sum;  // distributed.sync_batchnorm: batch-norm sums over ranks
+    int64_t step;       // the step being computed (names collectives in timeout messages)
 } train_ctx;
 
 // Arena bytes train_ctx_init carves for this recipe, model and rank count.

@@ -36,6 +36,11 @@ size_t train_ctx_bytes(const recipe_t *r, const gl_graph *g, const gl_dist *d) {
     return b;
 }
 
+static void bn_sum(void *ctx, double *buf, int count) {
+    train_ctx *c = ctx;
+    dist_sum_doubles(c->d, buf, count, "the sync_batchnorm statistics", c->step);
+}
+
 void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, const gl_loss *loss, gl_optim *opt,
                     const gl_dataset *train, gl_arena *a) {
     memset(c, 0, sizeof *c);
@@ -52,6 +57,10 @@ void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, co
         c->all_grads = d->world > 1 ? arena_floats(a, g->nparams * c->parts) : c->part_grads;
     } else {
         c->sync = gradsync_new(d, g, r->distributed.bucket_mb, r->distributed.overlap);
+    }
+    if (r->distributed.sync_batchnorm && d->world > 1) {
+        c->bn_sum = (gl_reducer){bn_sum, c};
+        g->reduce = &c->bn_sum;
     }
     metrics_init(&c->lm, train, (int)r->train.top_k);
     metrics_init(&c->sm, train, (int)r->train.top_k);
@@ -147,7 +156,7 @@ static double step_summed(train_ctx *c, const gl_batch *b, int64_t step, const d
     c->comm_s = t1 - t0;
     int nonfinite;
     double loss = finish_vec(c, v, &nonfinite);
-    if (nonfinite) return NAN;
+    if (nonfinite) return isfinite(loss) ? NAN : loss;
     gradsync_begin(c->sync, step);
     if (b->n > 0) graph_backward(g, b->n);
     else memset(g->grads, 0, sizeof(float) * (size_t)g->nparams);
@@ -198,7 +207,7 @@ static double step_parts(train_ctx *c, const gl_batch *b, int64_t step, const do
     double loss = finish_vec(c, v, &nonfinite);
     if (nonfinite) {
         c->comm_s = runlog_now() - t0;
-        return NAN;
+        return isfinite(loss) ? NAN : loss;
     }
     if (c->d->world > 1)
         dist_gather_floats(c->d, c->part_grads, np * c->local_parts, c->all_grads, "the gradient gather", step);
@@ -217,11 +226,13 @@ static double step_parts(train_ctx *c, const gl_batch *b, int64_t step, const do
 
 double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *flags, int *bad) {
     c->comm_s = c->bwd_s = 0;
+    c->step = step;
     return c->parts ? step_parts(c, b, step, flags, bad) : step_summed(c, b, step, flags, bad);
 }
 
 int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err) {
     metrics_reset(m);
+    c->step = step;
     train_share_state(c, step);
     for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
         gl_batch b;

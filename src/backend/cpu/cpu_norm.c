@@ -7,12 +7,64 @@
 
 // x, y are (N,C,S); gamma, beta are (C) or NULL; running is (2C+1): mean, var, ready flag;
 // saved is (2C+1): mean, 1/sqrt(var+eps), train flag
+// Synchronised batch statistics: per-channel sums, summed over ranks, then the same arithmetic
+// as below with the global count. Two reductions (sum, then squared deviations from the global
+// mean) keep the two-pass variance's accuracy.
+static void bn_forward_sync(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                            float eps, float momentum, float *running, float *saved, float *y, const gl_reducer *red) {
+    float *rmean = running, *rvar = running + c;
+    double buf[c + 1], mean[c];
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) sum += x[(i * c + ch) * s + j];
+        buf[ch] = sum;
+    }
+    buf[c] = (double)(n * s);
+    red->sum(red->ctx, buf, (int)c + 1);
+    const double m = buf[c];
+    for (int64_t ch = 0; ch < c; ch++) mean[ch] = m > 0 ? buf[ch] / m : 0.0;
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double sq = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) {
+                double d = x[(i * c + ch) * s + j] - mean[ch];
+                sq += d * d;
+            }
+        buf[ch] = sq;
+    }
+    red->sum(red->ctx, buf, (int)c);
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double var = m > 0 ? buf[ch] / m : 0.0, unbiased = m > 1 ? buf[ch] / (m - 1) : var;
+        double inv = 1.0 / sqrt(var + (double)eps);
+        rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean[ch]);
+        rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * unbiased);
+        saved[ch] = (float)mean[ch];
+        saved[c + ch] = (float)inv;
+        float mu = (float)mean[ch], sc = (float)(inv * (gamma ? gamma[ch] : 1.0f)), sh = beta ? beta[ch] : 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            const float *xp = x + (i * c + ch) * s;
+            float *yp = y + (i * c + ch) * s;
+            for (int64_t j = 0; j < s; j++) yp[j] = (xp[j] - mu) * sc + sh;
+        }
+    }
+    saved[2 * c] = 1.0f;
+}
+
 void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
-                            float eps, int train, float momentum, float *running, float *saved, float *y) {
+                            float eps, int train, float momentum, float *running, float *saved, float *y,
+                            const gl_reducer *red) {
     float *rmean = running, *rvar = running + c, *ready = running + 2 * c;
     if (*ready == 0.0f) {  // the arena starts zeroed; PyTorch starts at mean 0, var 1
         for (int64_t ch = 0; ch < c; ch++) rmean[ch] = 0.0f, rvar[ch] = 1.0f;
         *ready = 1.0f;
+    }
+    if (train && red) {
+        bn_forward_sync(n, c, s, x, gamma, beta, eps, momentum, running, saved, y, red);
+        return;
     }
     const int64_t m = n * s;  // values per channel
 #pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
@@ -53,10 +105,51 @@ void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, con
 
 // x, dy, dx are (N,C,S); gamma, dgamma, dbeta are (C) or NULL; saved as written by forward.
 // With batch statistics: dx = gamma * inv / M * (M dy - sum(dy) - xhat * sum(dy xhat)), M = N*S.
+// Synchronised: this rank's sums give dgamma and dbeta (the gradient allreduce adds the other
+// ranks'), their sum over ranks gives dx.
+static void bn_backward_sync(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
+                             const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red) {
+    const float *mean = saved, *inv = saved + c;
+    double buf[2 * c + 1];
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float mu = mean[ch], is = inv[ch];
+        double sdy = 0.0, sdyx = 0.0;
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) {
+                int64_t e = (i * c + ch) * s + j;
+                sdy += dy[e];
+                sdyx += (double)dy[e] * (double)((x[e] - mu) * is);
+            }
+        if (dgamma) dgamma[ch] = (float)sdyx;
+        if (dbeta) dbeta[ch] = (float)sdy;
+        buf[ch] = sdy, buf[c + ch] = sdyx;
+    }
+    buf[2 * c] = (double)(n * s);
+    red->sum(red->ctx, buf, (int)(2 * c + 1));
+    if (!dx) return;
+    const double m = buf[2 * c];
+#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+    for (int64_t ch = 0; ch < c; ch++) {
+        const float mu = mean[ch], is = inv[ch];
+        const float g = (gamma ? gamma[ch] : 1.0f) * is;
+        const float a = (float)(buf[ch] / m), b = (float)(buf[c + ch] / m);
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < s; j++) {
+                int64_t e = (i * c + ch) * s + j;
+                dx[e] += g * (dy[e] - a - (x[e] - mu) * is * b);
+            }
+    }
+}
+
 void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
-                             const float *saved, float *dgamma, float *dbeta, float *dx) {
+                             const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red) {
     const float *mean = saved, *inv = saved + c;
     const int train = saved[2 * c] != 0.0f;
+    if (train && red) {
+        bn_backward_sync(n, c, s, x, dy, gamma, saved, dgamma, dbeta, dx, red);
+        return;
+    }
     const int64_t m = n * s;
 #pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
     for (int64_t ch = 0; ch < c; ch++) {

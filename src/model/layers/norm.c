@@ -74,13 +74,13 @@ static void bn_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) 
     int64_t c = l->in[0]->shape.d[0];
     be->batch_norm_forward(n, c, l->in[0]->size / c, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
                            (float)l->cfg->v[K_EPS].f, train, (float)l->cfg->v[K_MOMENTUM].f, l->state, l->scratch,
-                           l->out.data);
+                           l->out.data, train ? l->reduce : NULL);
 }
 
 static void bn_backward(layer_t *l, const gl_backend *be, int64_t n) {
     int64_t c = l->in[0]->shape.d[0];
     be->batch_norm_backward(n, c, l->in[0]->size / c, l->in[0]->data, l->out.grad, weight_of(l, l->w), l->scratch,
-                            weight_of(l, l->dw), bias_of(l, l->dw), l->in[0]->grad);
+                            weight_of(l, l->dw), bias_of(l, l->dw), l->in[0]->grad, l->reduce);
 }
 
 const layer_kind layer_batch_norm = {

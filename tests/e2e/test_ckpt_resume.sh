@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# test_ckpt_resume.sh: checkpoints and resume.
+#   - a run resumed from a middle checkpoint ends bitwise equal to the uninterrupted run (SGD MLP;
+#     AdamW CNN with batch norm and dropout), on one process and on 2 ranks;
+#   - SIGTERM, SIGUSR1 and SIGINT mid-run: exit 4 with a checkpoint; `--resume auto` then ends
+#     bitwise equal to the uninterrupted run; train.time_limit stops the same way;
+#   - checkpoint.keep prunes; `galley ckpt inspect` lists the layout and verifies checksums;
+#   - a truncated or bit-flipped checkpoint is refused naming the damage, and `--resume auto`
+#     falls back to the previous good one and says so; a checkpoint of another model: exit 2.
+set -euo pipefail
+# shellcheck source=tests/e2e/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=tests/e2e/lib/h5py.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/h5py.sh"
+need_galley
+need_cmd python3 timeout
+PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
+
+cd "$GL_TMP"
+MLP=$GALLEY_SRC/recipes/quickstart.yaml
+CNN=$GALLEY_SRC/tests/recipes/dist/conv_bn_dropout.yaml
+
+# bitwise A.h5 B.h5: every tensor of the two checkpoints is bitwise equal.
+bitwise() {
+    "$PY" - "$1" "$2" <<'EOF' || fail "$2 is not bitwise equal to $1"
+import sys, h5py
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visit(lambda n: names.append(n) if isinstance(a[n], h5py.Dataset) and n != "recipe" else None)
+assert names
+for n in names:
+    if a[n][()].tobytes() != b[n][()].tobytes():
+        sys.exit(f"{n} differs")
+print(f"[test_ckpt_resume] {sys.argv[2]} == {sys.argv[1]} bitwise ({len(names)} tensors)")
+EOF
+}
+
+# ---- resume from a middle checkpoint -------------------------------------------------------
+info "resume from a middle checkpoint: bitwise equal ends (MLP/SGD; CNN/AdamW+BN+dropout; 2 ranks)"
+mlp=(train.steps=40 train.target=null log.every=10 train.threads=1 log.files=false checkpoint.keep=10)
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=a checkpoint.every_steps=15
+assert_contains "$OUT" "checkpoint: a/quickstart-step00000015.h5"
+[[ -f a/quickstart-step00000030.h5 && -f a/quickstart-step00000040.h5 ]] || fail "missing checkpoints in a/: $(ls a)"
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=b --resume a/quickstart-step00000015.h5
+assert_contains "$OUT" "resumed from a/quickstart-step00000015.h5 at step 15 (epoch 1)"
+bitwise a/quickstart-step00000040.h5 b/quickstart-step00000040.h5
+
+cnn=(log.files=false checkpoint.keep=10)
+assert_exit 0 "$GALLEY" train "$CNN" "${cnn[@]}" checkpoint.dir=c checkpoint.every_steps=3
+assert_exit 0 "$GALLEY" train "$CNN" "${cnn[@]}" checkpoint.dir=d --resume c/conv_bn_dropout-step00000003.h5
+bitwise c/conv_bn_dropout-step00000008.h5 d/conv_bn_dropout-step00000008.h5
+if command -v mpirun >/dev/null 2>&1; then
+    det=(distributed.deterministic=true distributed.parts=2)
+    assert_exit 0 "$GALLEY" train "$CNN" "${cnn[@]}" "${det[@]}" checkpoint.dir=e checkpoint.every_steps=5
+    assert_exit 0 mpirun --allow-run-as-root --oversubscribe -np 2 "$GALLEY" train "$CNN" "${cnn[@]}" "${det[@]}" \
+        checkpoint.dir=f --resume e/conv_bn_dropout-step00000005.h5
+    assert_contains "$OUT" "resumed from e/conv_bn_dropout-step00000005.h5 at step 5"
+    bitwise e/conv_bn_dropout-step00000008.h5 f/conv_bn_dropout-step00000008.h5
+fi
+
+# ---- inspect and keep ----------------------------------------------------------------------
+info "ckpt inspect lists the layout; checkpoint.keep prunes"
+assert_exit 0 "$GALLEY" ckpt inspect c/conv_bn_dropout-step00000006.h5 --recipe
+for want in "format           galley-checkpoint" "format_version   1" "step             6" "optimizer        adamw" \
+    "params/conv_0/weight" "[4, 3, 3, 3]" "state/batch_norm_1/running" "optim/m/dense_5/weight" \
+    "optim/v/dense_5/bias" "0 damaged" "recipe:" "name: \"conv_bn_dropout\""; do
+    assert_contains "$OUT" "$want" "ckpt inspect output"
+done
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=k checkpoint.every_steps=5 checkpoint.keep=2
+[[ $(ls k) == "quickstart-step00000035.h5"$'\n'"quickstart-step00000040.h5" ]] || fail "keep=2 left: $(ls -A k)"
+
+# ---- signals and the time limit --------------------------------------------------------------
+# A run long enough to be interrupted (about 2 s on one core), and its uninterrupted result.
+long=(train.steps=15000 train.target=null log.every=5000 train.threads=1 log.files=false
+    data.synthetic.train_size=2048 checkpoint.keep=10)
+assert_exit 0 "$GALLEY" train "$MLP" "${long[@]}" checkpoint.dir=full
+ref=full/quickstart-step00015000.h5
+[[ -f $ref ]] || fail "no final checkpoint: $(ls full)"
+
+# stop_with SIG DIR: start the long run, send SIG after 0.7 s, expect exit 4 and a checkpoint, then
+# `--resume auto` to the end: bitwise equal to the uninterrupted run.
+stop_with() {
+    local sig=$1 dir=$2 pid rc=0
+    "$GALLEY" train "$MLP" "${long[@]}" checkpoint.dir="$dir" >"$dir.out" 2>"$dir.err" </dev/null &
+    pid=$!
+    sleep 0.7
+    kill "-$sig" "$pid"
+    wait "$pid" || rc=$?
+    [[ $rc == 4 ]] || { cat "$dir.out" "$dir.err" >&2; fail "SIG$sig: exit $rc, expected 4"; }
+    grep -q "stopped by SIG$sig at step" "$dir.out" || fail "SIG$sig: no 'stopped by' line"
+    grep -q "^checkpoint: $dir/quickstart-step" "$dir.out" || fail "SIG$sig: no checkpoint line"
+    assert_exit 0 "$GALLEY" train "$MLP" "${long[@]}" checkpoint.dir="$dir" --resume auto
+    assert_contains "$OUT" "resumed from $dir/quickstart-step"
+    bitwise "$ref" "$dir/quickstart-step00015000.h5"
+}
+info "SIGTERM, SIGUSR1, SIGINT: exit 4 with a checkpoint; --resume auto ends bitwise equal"
+stop_with TERM sterm
+stop_with USR1 susr1
+stop_with INT sint
+
+info "train.time_limit stops with a checkpoint and exit 4"
+assert_exit 4 "$GALLEY" train "$MLP" "${long[@]}" train.steps=3000000 train.time_limit=1.5 checkpoint.dir=tl
+assert_contains "$OUT" "stopped by train.time_limit at step"
+ls tl/quickstart-step*.h5 >/dev/null 2>&1 || fail "time limit: no checkpoint written"
+
+# ---- damaged checkpoints ---------------------------------------------------------------------
+info "truncated and bit-flipped checkpoints are refused; --resume auto falls back"
+cp -r a dmg
+truncate -s 40000 dmg/quickstart-step00000040.h5
+assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=dmg --resume dmg/quickstart-step00000040.h5
+assert_contains "$ERR" "dmg/quickstart-step00000040.h5 is not a readable HDF5 file (truncated or corrupt)"
+# Flip one bit inside a tensor's data (found with h5py), so that only the checksum can tell.
+"$PY" - dmg/quickstart-step00000030.h5 <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["params/dense_2/weight"].id.get_offset()
+with open(sys.argv[1], "r+b") as g:
+    g.seek(off + 100)
+    b = g.read(1)
+    g.seek(off + 100)
+    g.write(bytes([b[0] ^ 0x04]))
+EOF
+assert_exit 1 "$GALLEY" ckpt inspect dmg/quickstart-step00000030.h5
+assert_contains "$OUT" "params/dense_2/weight"
+assert_contains "$OUT" "CHECKSUM MISMATCH"
+assert_contains "$ERR" "1 tensors are damaged"
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" train.steps=45 checkpoint.dir=dmg --resume auto
+assert_contains "$OUT" "--resume auto: skipping dmg/quickstart-step00000040.h5"
+assert_contains "$OUT" "--resume auto: skipping dmg/quickstart-step00000030.h5"
+assert_contains "$OUT" "fails its checksum"
+assert_contains "$OUT" "resumed from dmg/quickstart-step00000015.h5 at step 15"
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=empty --resume auto
+assert_contains "$OUT" "--resume auto: no checkpoint in empty/, starting from scratch"
+
+info "a checkpoint of another model, or another optimizer, is refused with exit 2"
+assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" model.layers[0].units=64 checkpoint.dir=x --resume a/quickstart-step00000040.h5
+assert_contains "$ERR" "has shape [128, 2], but this recipe's model has [64, 2]"
+assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" optimizer.type=adamw optimizer.momentum=null optimizer.nesterov=null \
+    checkpoint.dir=x --resume a/quickstart-step00000040.h5
+assert_contains "$ERR" "holds sgd optimizer state, but the recipe's optimizer.type is adamw"
+assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" --resume no/such.h5
+assert_contains "$ERR" "cannot open no/such.h5"
+
+info "ok"
