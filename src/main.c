@@ -27,6 +27,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     fprintf(stderr, "galley: unknown command '%s'\n\n", cmd);
     cli_usage(stderr);
     return GL_EXIT_USAGE;

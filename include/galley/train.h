@@ -14,6 +14,7 @@ typedef struct {
     const char *run_dir;  // `--run-dir`: the run directory itself (NULL: log.dir/<name>/<timestamp>)
     const char *resume;   // `--resume`: a checkpoint file, "auto" (newest good one in checkpoint.dir), or NULL
     gl_dist *dist;        // ranks (NULL: one process); only rank 0 prints and writes files
+    bool evaluate;        // `galley eval`: load `resume`, evaluate on the validation split, stop
 } train_opts;
 
 typedef struct {

@@ -12,6 +12,8 @@ void cli_usage(FILE *out) {
           "commands:\n"
           "  train RECIPE [key=value ...]   train the model a recipe describes (--run-dir DIR: where its\n"
           "                                 run directory goes; --resume PATH|auto: continue a checkpoint)\n"
+          "  eval RECIPE --checkpoint PATH|auto [key=value ...]\n"
+          "                                 evaluate a checkpoint's weights on the validation split\n"
           "  check RECIPE [key=value ...]   validate a recipe; print it with every default filled in\n"
           "                                 and a summary of the model\n"
           "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
@@ -53,6 +55,16 @@ int cli_help_for(const char *c, FILE *out) {
               "Exit codes: 0 success (and train.target reached, if set), 1 runtime failure, 2 usage or\n"
               "recipe error, 3 train.target not reached, 4 stopped early by a signal or train.time_limit\n"
               "with a checkpoint written (run again with --resume auto to continue).\n",
+              out);
+    } else if (!strcmp(c, "eval")) {
+        fputs("usage: galley eval RECIPE --checkpoint PATH|auto [key=value ...] [--run-dir DIR]\n\n"
+              "Builds the recipe's model, loads the weights (and batch-norm statistics) of a checkpoint, and\n"
+              "evaluates them once on the validation split: loss and the metrics that apply, printed and\n"
+              "kept in the run directory like a training run's evaluation. --checkpoint auto takes the newest\n"
+              "good checkpoint of the recipe's name in checkpoint.dir. Nothing is trained or written to\n"
+              "checkpoint.dir. Runs on several ranks like train (the validation split is shared out).\n"
+              "Exit codes: 0 evaluated (and train.target met, if set), 1 runtime failure, 2 usage or recipe\n"
+              "error or a checkpoint that does not fit the model, 3 train.target not met.\n",
               out);
     } else if (!strcmp(c, "ckpt")) {
         fputs("usage: galley ckpt inspect FILE.h5 [--recipe]\n\n"

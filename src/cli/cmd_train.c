@@ -1,4 +1,5 @@
-// cmd_train.c: `galley train [--run-dir DIR] [--resume PATH|auto] RECIPE [key=value ...]`.
+// cmd_train.c: `galley train [--run-dir DIR] [--resume PATH|auto] RECIPE [key=value ...]` and
+// `galley eval --checkpoint PATH|auto RECIPE [key=value ...]` (the same run, evaluation only).
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,7 +10,9 @@
 #include "galley/cli.h"
 #include "galley/train.h"
 
-int cmd_train(int argc, char **argv) {
+// Shared by `train` and `eval`: eval takes --checkpoint PATH|auto (required) instead of --resume.
+static int train_or_eval(int argc, char **argv, bool evaluate) {
+    const char *cmd = evaluate ? "eval" : "train";
     // Take out --run-dir DIR (or --run-dir=DIR); the rest is RECIPE [key=value ...].
     train_opts opts = {0};
     char *rest[argc > 0 ? argc : 1];
@@ -23,14 +26,14 @@ int cmd_train(int argc, char **argv) {
             opts.run_dir = argv[++i];
         } else if (!strncmp(argv[i], "--run-dir=", 10)) {
             opts.run_dir = argv[i] + 10;
-        } else if (!strcmp(argv[i], "--resume")) {
+        } else if (!strcmp(argv[i], evaluate ? "--checkpoint" : "--resume")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "galley train: --resume needs a checkpoint file or 'auto'\n");
+                fprintf(stderr, "galley %s: %s needs a checkpoint file or 'auto'\n", cmd, argv[i]);
                 return GL_EXIT_USAGE;
             }
             opts.resume = argv[++i];
-        } else if (!strncmp(argv[i], "--resume=", 9)) {
-            opts.resume = argv[i] + 9;
+        } else if (!strncmp(argv[i], evaluate ? "--checkpoint=" : "--resume=", evaluate ? 13 : 9)) {
+            opts.resume = argv[i] + (evaluate ? 13 : 9);
         } else {
             rest[n++] = argv[i];
         }
@@ -40,9 +43,16 @@ int cmd_train(int argc, char **argv) {
         return GL_EXIT_USAGE;
     }
     if (opts.resume && !*opts.resume) {
-        fprintf(stderr, "galley train: --resume is empty (give a checkpoint file or 'auto')\n");
+        fprintf(stderr, "galley %s: %s is empty (give a checkpoint file or 'auto')\n", cmd,
+                evaluate ? "--checkpoint" : "--resume");
         return GL_EXIT_USAGE;
     }
+    if (evaluate && !opts.resume) {
+        fprintf(stderr, "galley eval: give the weights to evaluate: --checkpoint FILE.h5 or --checkpoint auto "
+                        "(the newest good checkpoint in checkpoint.dir)\n");
+        return GL_EXIT_USAGE;
+    }
+    opts.evaluate = evaluate;
     // MPI first (under a launcher), so that only rank 0 reports recipe errors: every rank
     // reads the same recipe and would print the same ones.
     gl_dist d;
@@ -56,7 +66,7 @@ int cmd_train(int argc, char **argv) {
         if (null >= 0) dup2(null, 2), close(null);
     }
     recipe_t r;
-    int rc = cli_load_recipe("train", n, rest, &r);
+    int rc = cli_load_recipe(cmd, n, rest, &r);
     if (saved >= 0) fflush(stderr), dup2(saved, 2), close(saved);
     if (rc) {
         dist_finalize(&d);
@@ -68,3 +78,6 @@ int cmd_train(int argc, char **argv) {
     dist_finalize(&d);
     return code;
 }
+
+int cmd_train(int argc, char **argv) { return train_or_eval(argc, argv, false); }
+int cmd_eval(int argc, char **argv) { return train_or_eval(argc, argv, true); }

@@ -139,12 +139,17 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (opts->resume &&
         (code = train_resume_pick(r, opts->resume, d, resume_path, sizeof resume_path, &resume_step, out, err)))
         goto early;
+    if (opts->evaluate && !resume_path[0]) {
+        if (d->rank == 0) fprintf(err, "galley eval: error: no checkpoint to evaluate in %s/\n", r->checkpoint.dir);
+        code = GL_EXIT_USAGE;
+        goto early;
+    }
 
     // A checkpoint directory that cannot be written is found now, not after hours of training.
     {
         int ok = 1;
         char why[4400];
-        if (d->rank == 0 && ckpt_prepare_dir(r->checkpoint.dir, why, sizeof why) != 0) {
+        if (d->rank == 0 && !opts->evaluate && ckpt_prepare_dir(r->checkpoint.dir, why, sizeof why) != 0) {
             fprintf(err, "%s: error: %s\n  hint: set checkpoint.dir to a directory you can write (checkpoints are "
                          "written at the end, every checkpoint.every_steps/every_minutes, and on SIGTERM/SIGUSR1)\n",
                     r->file, why);
@@ -296,7 +301,10 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (c.parts)
         fprintf(out, "  deterministic: the global batch is computed as %d parts (%d per rank), summed in a fixed "
                      "order\n", c.parts, c.local_parts);
-    if (resume_path[0])
+    if (opts->evaluate)
+        fprintf(out, "  evaluation only (galley eval): the weights of %s, step %lld; nothing is trained\n",
+                resume_path[0] ? resume_path : "(none)", (long long)ck.step);
+    else if (resume_path[0])
         fprintf(out, "  resumed from %s at step %lld (epoch %lld)%s\n", resume_path, (long long)ck.step,
                 (long long)(ck.step / steps_per_epoch + 1),
                 ck.world != d->world ? " (written by a run with another number of ranks)" : "");
@@ -314,6 +322,37 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     w.t0 = t_start;
     metrics_reset(&tm);
     gl_logpoint p;
+    if (opts->evaluate) {
+        // `galley eval`: one pass over the validation split with the checkpoint's weights.
+        double te = now_s();
+        if (train_evaluate(&c, lv, &vm, step, err)) {
+            code = GL_EXIT_RUNTIME;
+            goto done;
+        }
+        double te2 = now_s();
+        ph[PHASE_EVAL] += te2 - te;
+        p = (gl_logpoint){.step = step, .epoch = epoch, .time = te2 - t_start, .loss = metrics_value(&vm, METRIC_LOSS),
+                          .seconds = te2 - te};
+        metric_set_from(&p.m, &vm);
+        runlog_eval(&lg, &p);
+        char vl[160];
+        metrics_format(&vm, vl, sizeof vl);
+        fprintf(out, "evaluation at step %lld: val %s | %lld samples in %.2f s\n", (long long)step, vl,
+                (long long)val.n, te2 - te);
+        res->last_loss = res->best_loss = metrics_value(&vm, METRIC_LOSS);
+        res->best_loss_step = step;
+        res->last_acc = metrics_value(&vm, METRIC_ACCURACY);
+        if (r->train.target.metric != METRIC_NONE) {
+            res->last = res->best = metrics_value(&vm, r->train.target.metric);
+            best_step = step;
+            if (target_met(r, res->last)) {
+                res->target_reached = 1;
+                fprintf(out, "target met: %s (%s %.4f)\n", target_words(r, tw, sizeof tw),
+                        metrics_name(r->train.target.metric), res->last);
+            }
+        }
+        goto done;
+    }
     if (step >= total_steps)
         fprintf(out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
                      "train.steps or train.epochs to go on\n", (long long)step, (long long)total_steps);

@@ -58,6 +58,16 @@ if command -v mpirun >/dev/null 2>&1; then
     bitwise e/conv_bn_dropout-step00000008.h5 f/conv_bn_dropout-step00000008.h5
 fi
 
+info "galley eval: a checkpoint's weights give the validation numbers the run printed"
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=ev
+want=$(sed -nE 's/^step +40\/40 .*\| val (loss [0-9.]+ +acc [0-9.]+) \|.*/\1/p' <<<"$OUT")
+[[ -n $want ]] || fail "no validation line at step 40: $OUT"
+assert_exit 3 "$GALLEY" eval "$MLP" "${mlp[@]}" train.target=null checkpoint.dir=ev --checkpoint auto
+assert_rc 0
+assert_contains "$OUT" "evaluation at step 40: val $want"
+assert_exit 2 "$GALLEY" eval "$MLP" log.files=false
+assert_contains "$ERR" "give the weights to evaluate: --checkpoint"
+
 # ---- inspect and keep ----------------------------------------------------------------------
 info "ckpt inspect lists the layout; checkpoint.keep prunes"
 assert_exit 0 "$GALLEY" ckpt inspect c/conv_bn_dropout-step00000006.h5 --recipe
