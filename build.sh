@@ -16,16 +16,25 @@ BUILD_DIR=build
 ASAN_DIR=build-asan
 JOBS=${GALLEY_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
-# Debian/Ubuntu packages the build and the tests need. gfortran brings libgfortran.a, which
-# the static OpenBLAS (its LAPACK part) needs; libopenblas-dev does not pull it in.
-PACKAGES=(
+# Debian/Ubuntu packages. BUILD_PACKAGES build galley (all the image's build stage needs); gfortran
+# brings libgfortran.a, which the static OpenBLAS (its LAPACK part) needs. TEST_PACKAGES are what
+# the test suite adds: a Python venv for TensorBoard/h5py readers, Chromium to render reports,
+# Slurm and munge for the srun tests, h5diff to compare checkpoints, shellcheck for the shell files, and podman, buildah and
+# debootstrap for the image tests.
+BUILD_PACKAGES=(
     build-essential cmake pkg-config
     libyaml-dev libhdf5-dev libaec-dev zlib1g-dev
     libopenblas-openmp-dev gfortran
     libopenmpi-dev openmpi-bin
     libcmocka-dev python3 file
-    python3-venv chromium  # tests/e2e/test_log_*: a venv for TensorBoard's loader; rendering the report
 )
+TEST_PACKAGES=(
+    python3-venv chromium
+    slurm-wlm munge hdf5-tools
+    shellcheck
+    podman buildah debootstrap
+)
+PACKAGES=("${BUILD_PACKAGES[@]}")
 
 say() { echo "build.sh: $*"; }
 die() {
@@ -47,9 +56,17 @@ commands:
   asan                        build only the sanitizer build into build-asan/
   docs                        rewrite README.md's recipe reference from `galley help recipe`
   clean                       remove the build directories
+  image [--cpu] [--dev] [--base IMAGE] [--tag TAG]
+                              build the container image with podman-hpc, podman or buildah:
+                              the Containerfile on NGC CUDA bases (default tag localhost/galley:latest),
+                              --cpu on Debian (images/cpu/build-args; tag localhost/galley:cpu), --dev
+                              the development image (images/dev/); --base pins the build base
+  push REGISTRY/NAME:TAG [--image LOCAL]
+                              push LOCAL (default localhost/galley:latest) for shifterimg/podman-hpc pull
   help                        this text
 
-environment: GALLEY_CMAKE_ARGS (extra cmake arguments), GALLEY_JOBS (build jobs)
+environment: GALLEY_CMAKE_ARGS (extra cmake arguments), GALLEY_JOBS (build jobs),
+             GALLEY_CONTAINER_TOOL (podman-hpc, podman or buildah for image/push)
 EOF
 }
 
@@ -167,6 +184,7 @@ cmd_train() {
 
 cmd_test() {
     [[ $# -eq 0 ]] || die "test takes no arguments (got: $*)"
+    PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
     build_release
     build_asan
     say "running tests: tests/run.sh $BUILD_DIR $ASAN_DIR"
@@ -182,7 +200,7 @@ cmd_asan() {
 
 cmd_docs() {
     [[ $# -eq 0 ]] || die "docs takes no arguments (got: $*)"
-    cmd_build
+    build_release
     local begin='<!-- recipe-reference:begin -->' end='<!-- recipe-reference:end -->' ref
     ref=$(mktemp)
     "$BUILD_DIR/galley" help recipe >"$ref"
@@ -192,10 +210,10 @@ cmd_docs() {
         $0 == e { skip = 0 }
         !skip { print }' README.md >README.md.new
     rm -f "$ref"
-    grep -qxF "$begin" README.md.new && grep -qxF "$end" README.md.new || {
+    if ! grep -qxF "$begin" README.md.new || ! grep -qxF "$end" README.md.new; then
         rm -f README.md.new
         die "README.md lacks the recipe-reference markers"
-    }
+    fi
     mv README.md.new README.md
     say "README.md recipe reference updated"
 }
@@ -208,6 +226,227 @@ cmd_clean() {
     shopt -u nullglob
     say "removing ${dirs[*]}"
     rm -rf -- "${dirs[@]}"
+}
+
+# ---- images: cmd_image, cmd_push -------------------------------------------------------------
+
+CTR_TOOL=""
+CTR_CONF=""     # a temporary containers.conf, when this machine needs one
+IMAGE_IID=""    # a temporary --iidfile
+
+# ctr_pick: the container tool. podman-hpc first (NERSC's podman: what it builds can be migrated to
+# compute nodes), then podman, then buildah; GALLEY_CONTAINER_TOOL names one.
+ctr_pick() {
+    local t
+    for t in ${GALLEY_CONTAINER_TOOL:-podman-hpc podman buildah}; do
+        if command -v "$t" >/dev/null 2>&1; then
+            CTR_TOOL=$t
+            return 0
+        fi
+    done
+    die "no ${GALLEY_CONTAINER_TOOL:-podman-hpc, podman or buildah} found; install podman (apt-get install podman runc) or buildah"
+}
+
+# ctr_build ARGS...: build an image (buildah calls it bud). Docker-format images: every registry,
+# shifter's image gateway and podman-hpc read them.
+ctr_build() {
+    if [[ $CTR_TOOL == buildah ]]; then
+        buildah bud --layers --format docker "$@"
+    else
+        "$CTR_TOOL" build --layers --format docker "$@"
+    fi
+}
+
+# ctr_exec IMAGE CMD...: run CMD in a throw-away container of IMAGE (its entrypoint bypassed).
+ctr_exec() {
+    local image=$1 c rc=0
+    shift
+    if [[ $CTR_TOOL == buildah ]]; then
+        c=$(buildah from --pull-never -q "$image") || return 1
+        buildah run "$c" -- "$@" || rc=$?
+        buildah rm "$c" >/dev/null
+        return "$rc"
+    fi
+    "$CTR_TOOL" run --rm --pull never --entrypoint "$1" "$image" "${@:2}"
+}
+
+# ctr_pull IMAGE: pull IMAGE unless it is already local.
+ctr_pull() {
+    if [[ $CTR_TOOL == buildah ]]; then
+        buildah inspect --type image "$1" >/dev/null 2>&1 && return 0
+    else
+        "$CTR_TOOL" image exists "$1" 2>/dev/null && return 0
+    fi
+    say "pulling $1"
+    "$CTR_TOOL" pull "$1" >/dev/null || die "cannot pull $1 (a site pins its own base with --base IMAGE)"
+}
+
+# ctr_setup IMAGE: make sure containers of IMAGE start (the build's RUN steps need that). Where the
+# default runtime fails (crun on hybrid cgroups; ulimits above the hard limits), use runc and capped
+# ulimits through a temporary containers.conf, for this command only.
+ctr_setup() {
+    local image=$1 log n u
+    ctr_pull "$image"
+    log=$(mktemp)
+    if ctr_exec "$image" true 2>"$log"; then
+        rm -f "$log"
+        return 0
+    fi
+    if [[ -n ${CONTAINERS_CONF:-} ]]; then
+        cat "$log" >&2
+        die "$CTR_TOOL cannot start a container of $image with CONTAINERS_CONF=$CONTAINERS_CONF (error above)"
+    fi
+    command -v runc >/dev/null 2>&1 || {
+        cat "$log" >&2
+        die "$CTR_TOOL cannot start a container of $image (error above); installing runc (apt-get install runc) may help"
+    }
+    n=$(ulimit -Hn)
+    u=$(ulimit -Hu)
+    [[ $n == unlimited || $n -gt 1048576 ]] && n=1048576
+    [[ $u == unlimited || $u -gt 32768 ]] && u=32768
+    CTR_CONF=$(mktemp --suffix=.conf)
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n[engine]\nruntime = "runc"\n' \
+        "$n" "$n" "$u" "$u" >"$CTR_CONF"
+    export CONTAINERS_CONF=$CTR_CONF
+    if ! ctr_exec "$image" true 2>>"$log"; then
+        cat "$log" >&2
+        die "$CTR_TOOL cannot start a container of $image, with the default runtime or with runc (errors above)"
+    fi
+    say "$CTR_TOOL's default runtime fails here ($(grep -m1 -i error "$log" || head -n1 "$log"))"
+    say "using runc and ulimits nofile=$n nproc=$u for this build; to run containers here, give podman a"
+    say "containers.conf with the same settings (CONTAINERS_CONF=FILE):"
+    sed 's/^/    /' "$CTR_CONF"
+    rm -f "$log"
+}
+
+# image_tag_size TAG: the image's size as the tool prints it.
+image_tag_size() {
+    "$CTR_TOOL" images --format '{{.Size}}' "$1" 2>/dev/null | head -n 1
+}
+
+# read_build_args FILE: KEY=VALUE lines (comments and blank lines skipped) into IMAGE_ARGS.
+declare -A IMAGE_ARGS=()
+read_build_args() {
+    local line
+    while IFS= read -r line || [[ -n $line ]]; do
+        [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
+        [[ $line == *=* ]] || die "$1: '$line' is not KEY=VALUE"
+        IMAGE_ARGS[${line%%=*}]=${line#*=}
+    done <"$1"
+}
+
+cmd_image() {
+    local cpu=0 dev=0 base="" tag="" t0
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --cpu) cpu=1 ;;
+            --dev) dev=1 ;;
+            --base | --tag)
+                [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"
+                if [[ $1 == --base ]]; then base=$2; else tag=$2; fi
+                shift ;;
+            --base=*) base=${1#*=} ;;
+            --tag=*) tag=${1#*=} ;;
+            *) die "image: unknown argument '$1' (usage: ./build.sh image [--cpu] [--dev] [--base IMAGE] [--tag TAG])" ;;
+        esac
+        shift
+    done
+    ctr_pick
+    trap 'rm -f "${CTR_CONF:-}" "${IMAGE_IID:-}"' EXIT
+
+    # Bases: the Containerfile's defaults (NGC CUDA), images/cpu/build-args for --cpu; --base sets the
+    # build base and, unless it has a -devel- name with a -runtime- twin, the runtime base too.
+    local default_base
+    default_base=$(sed -n 's/^ARG BUILD_BASE=//p' Containerfile)
+    [[ $cpu == 1 ]] && read_build_args images/cpu/build-args
+    if [[ -n $base ]]; then
+        IMAGE_ARGS[BUILD_BASE]=$base
+        IMAGE_ARGS[RUNTIME_BASE]=${base/-devel-/-runtime-}
+    fi
+    local build_base=${IMAGE_ARGS[BUILD_BASE]:-$default_base}
+    local file=Containerfile target=(--target runtime)
+    if [[ $dev == 1 ]]; then
+        file=images/dev/Containerfile
+        target=()
+        IMAGE_ARGS=([BASE]=$build_base)
+        tag=${tag:-localhost/galley-dev:$([[ $cpu == 1 ]] && echo cpu || echo latest)}
+    else
+        tag=${tag:-localhost/galley:$([[ $cpu == 1 ]] && echo cpu || echo latest)}
+        IMAGE_ARGS[GALLEY_JOBS]=$JOBS
+    fi
+    local args=() k
+    for k in "${!IMAGE_ARGS[@]}"; do
+        args+=(--build-arg "$k=${IMAGE_ARGS[$k]}")
+    done
+    say "image $tag from $file with $CTR_TOOL (${args[*]})"
+    t0=$SECONDS
+    ctr_setup "$build_base"
+
+    IMAGE_IID=$(mktemp)
+    if [[ $dev == 0 ]]; then
+        # The build stage first: what it was built with (CUDA, cuDNN, NCCL, Open MPI) becomes labels.
+        ctr_build -f "$file" --target build --iidfile "$IMAGE_IID" "${args[@]}" . ||
+            die "building the build stage of $file failed (output above)"
+        local versions
+        versions=$(ctr_exec "$(cat "$IMAGE_IID")" cat /src/galley/build/image-versions) ||
+            die "cannot read image-versions from the build stage"
+        ver() { sed -n "s/^$1=//p" <<<"$versions" | head -n 1; }
+        local revision=unknown version source=unknown
+        version=$(sed -n 's/^project(galley VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+        if git rev-parse --git-dir >/dev/null 2>&1; then
+            revision=$(git rev-parse HEAD)
+            version+="-$(git rev-parse --short HEAD)"
+            [[ -z $(git status --porcelain --untracked-files=no 2>/dev/null) ]] || version+="-dirty"
+            source=$(git remote get-url origin 2>/dev/null || echo unknown)
+        fi
+        args+=(--build-arg "GALLEY_VERSION=$version" --build-arg "GALLEY_REVISION=$revision"
+            --build-arg "GALLEY_SOURCE=${GALLEY_IMAGE_SOURCE:-$source}"
+            --build-arg "GALLEY_CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+            --build-arg "GALLEY_CUDA_VERSION=$(ver cuda)" --build-arg "GALLEY_CUDNN_VERSION=$(ver cudnn)"
+            --build-arg "GALLEY_NCCL_VERSION=$(ver nccl)" --build-arg "GALLEY_OPENMPI_VERSION=$(ver openmpi)")
+    fi
+    ctr_build -f "$file" "${target[@]}" --iidfile "$IMAGE_IID" -t "$tag" "${args[@]}" . ||
+        die "building $file failed (output above)"
+
+    say "built $tag ($(image_tag_size "$tag")) in $((SECONDS - t0)) s with $CTR_TOOL"
+    [[ $dev == 1 ]] && {
+        say "use it: $CTR_TOOL run -it --rm -v \"\$PWD:/src\" $tag ./build.sh test"
+        return 0
+    }
+    say "try it: $CTR_TOOL run --rm $tag galley train recipes/quickstart.yaml"
+    if [[ $CTR_TOOL == podman-hpc ]]; then
+        say "compute nodes see it after: podman-hpc migrate $tag"
+    else
+        say "on an HPC system, build it there with podman-hpc and run: podman-hpc migrate $tag"
+    fi
+    say "or push it (./build.sh push REGISTRY/NAME:TAG --image $tag) and pull it on the system:"
+    say "  shifterimg pull REGISTRY/NAME:TAG    or    podman-hpc pull REGISTRY/NAME:TAG"
+}
+
+cmd_push() {
+    local dest="" image=localhost/galley:latest
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --image)
+                [[ $# -ge 2 && -n $2 ]] || die "--image needs a value"
+                image=$2
+                shift ;;
+            --image=*) image=${1#*=} ;;
+            -*) die "push: unknown option '$1'" ;;
+            *)
+                [[ -z $dest ]] || die "push takes one destination (got '$dest' and '$1')"
+                dest=$1 ;;
+        esac
+        shift
+    done
+    [[ $dest == */*:* || $dest == */*@* ]] ||
+        die "push needs REGISTRY/NAME:TAG (e.g. registry.example.org/lab/galley:0.1), got '${dest:-nothing}'"
+    ctr_pick
+    say "pushing $image to $dest with $CTR_TOOL (log in first, '$CTR_TOOL login ${dest%%/*}', if the registry asks)"
+    "$CTR_TOOL" push --format v2s2 "$image" "docker://$dest" || die "push of $image to $dest failed (output above)"
+    say "pushed; on the HPC system:"
+    say "  shifterimg pull $dest       then   shifter --image=$dest galley info"
+    say "  podman-hpc pull $dest       then   podman-hpc run --rm $dest galley info"
 }
 
 cmd_help() {

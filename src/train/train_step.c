@@ -153,7 +153,7 @@ static double step_summed(train_ctx *c, const gl_batch *b, int64_t step, const d
     double t0 = runlog_now();
     dist_sum_doubles(c->d, v, STEP_VEC, "the step's loss and metrics reduction", step);
     double t1 = runlog_now();
-    c->comm_s = t1 - t0;
+    c->comm_s = c->d->world > 1 ? t1 - t0 : 0;  // one process: nothing was communicated
     int nonfinite;
     double loss = finish_vec(c, v, &nonfinite);
     if (nonfinite) return isfinite(loss) ? NAN : loss;
