@@ -308,6 +308,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         fprintf(out, "  resumed from %s at step %lld (epoch %lld)%s\n", resume_path, (long long)ck.step,
                 (long long)(ck.step / steps_per_epoch + 1),
                 ck.world != d->world ? " (written by a run with another number of ranks)" : "");
+    if (resume_path[0] && c.parts && ck.parts != c.parts)
+        fprintf(out, "  note: the checkpoint was written with distributed.parts %d, this run uses %d: it continues, "
+                     "but not bitwise as the original run would have\n", ck.parts, c.parts);
 
     int64_t step = ck.step, skipped = ck.skipped, seen = 0, seen_total = 0, best_step = ck.best_step;
     const int64_t samples_base = ck.samples;

@@ -107,6 +107,11 @@ stop_with TERM sterm
 stop_with USR1 susr1
 stop_with INT sint
 
+info "checkpoint.every_minutes writes checkpoints by the clock"
+assert_exit 0 "$GALLEY" train "$MLP" "${long[@]}" checkpoint.dir=bytime checkpoint.every_minutes=0.005 checkpoint.at_end=false
+n=$(grep -c "^checkpoint: bytime/quickstart-step" <<<"$OUT" || true)
+[[ $n -ge 2 ]] || fail "every_minutes=0.005 (0.3 s) over a 2 s run wrote $n checkpoints"
+
 info "train.time_limit stops with a checkpoint and exit 4"
 assert_exit 4 "$GALLEY" train "$MLP" "${long[@]}" train.steps=3000000 train.time_limit=1.5 checkpoint.dir=tl
 assert_contains "$OUT" "stopped by train.time_limit at step"
