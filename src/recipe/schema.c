@@ -220,7 +220,8 @@ static const key_spec train_keys[] = {
      "samples per optimizer step: the global batch, split across ranks (any number of ranks gives the same "
      "batches); the last, partial batch of an epoch is kept"},
     {"threads", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(train.threads), NULL,
-     "compute threads; 0 means one per available core"},
+     "compute threads; 0 means one per core this process may run on (ranks on one node without a CPU "
+     "binding share the node's cores)"},
     {"loss", KT_ENUM, KF_DEFAULT, "softmax_cross_entropy", NO_RANGE, loss_choices, OFF(train.loss), NULL,
      "softmax_cross_entropy (class labels, per sample or per pixel: softmax over the output's channels), "
      "mse or l1 (regression and field-to-field targets; mean over all elements)"},

@@ -131,6 +131,12 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (code != GL_EXIT_OK) goto early;
     const gl_backend *be = backend_cpu();
     int threads = train_threads(r);
+    // Ranks sharing a node without a CPU binding (srun with task/none, mpirun --bind-to none)
+    // would each take every core: give each its share instead.
+    if (r->train.threads == 0 && d->local_world > 1) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        if (online > 0 && threads >= online) threads = (int)(online / d->local_world) > 0 ? (int)(online / d->local_world) : 1;
+    }
     be->set_threads(threads);
 
     // Which checkpoint to continue, first: the loaders start at its step.
