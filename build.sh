@@ -31,6 +31,7 @@ BUILD_PACKAGES=(
 TEST_PACKAGES=(
     python3-venv chromium
     slurm-wlm munge hdf5-tools
+    runc  # podman's default crun fails on hybrid cgroups; the image tests use runc there
     shellcheck
     podman buildah debootstrap
 )
@@ -61,8 +62,9 @@ commands:
                               the Containerfile on NGC CUDA bases (default tag localhost/galley:latest),
                               --cpu on Debian (images/cpu/build-args; tag localhost/galley:cpu), --dev
                               the development image (images/dev/); --base pins the build base
-  push REGISTRY/NAME:TAG [--image LOCAL]
-                              push LOCAL (default localhost/galley:latest) for shifterimg/podman-hpc pull
+  push REGISTRY/NAME:TAG [--image LOCAL] [--OPTION=VALUE...]
+                              push LOCAL (default localhost/galley:latest) for shifterimg/podman-hpc
+                              pull; --OPTION=VALUE go to the tool's push (--tls-verify=false, --creds=...)
   help                        this text
 
 environment: GALLEY_CMAKE_ARGS (extra cmake arguments), GALLEY_JOBS (build jobs),
@@ -313,10 +315,16 @@ ctr_setup() {
         die "$CTR_TOOL cannot start a container of $image, with the default runtime or with runc (errors above)"
     fi
     say "$CTR_TOOL's default runtime fails here ($(grep -m1 -i error "$log" || head -n1 "$log"))"
-    say "using runc and ulimits nofile=$n nproc=$u for this build; to run containers here, give podman a"
-    say "containers.conf with the same settings (CONTAINERS_CONF=FILE):"
+    say "using runc and ulimits nofile=$n nproc=$u for this build; to run containers here, point"
+    say "CONTAINERS_CONF at a file with the same settings:"
     sed 's/^/    /' "$CTR_CONF"
     rm -f "$log"
+}
+
+# image_version KEY: KEY's value in the build stage's image-versions (IMAGE_VERSIONS).
+IMAGE_VERSIONS=""
+image_version() {
+    sed -n "s/^$1=//p" <<<"$IMAGE_VERSIONS" | head -n 1
 }
 
 # image_tag_size TAG: the image's size as the tool prints it.
@@ -374,6 +382,9 @@ cmd_image() {
         tag=${tag:-localhost/galley:$([[ $cpu == 1 ]] && echo cpu || echo latest)}
         IMAGE_ARGS[GALLEY_JOBS]=$JOBS
     fi
+    if [[ $dev == 0 ]] && git rev-parse --git-dir >/dev/null 2>&1; then
+        IMAGE_ARGS[GALLEY_GIT_HASH]=$(git rev-parse --short HEAD)
+    fi
     local args=() k
     for k in "${!IMAGE_ARGS[@]}"; do
         args+=(--build-arg "$k=${IMAGE_ARGS[$k]}")
@@ -387,10 +398,8 @@ cmd_image() {
         # The build stage first: what it was built with (CUDA, cuDNN, NCCL, Open MPI) becomes labels.
         ctr_build -f "$file" --target build --iidfile "$IMAGE_IID" "${args[@]}" . ||
             die "building the build stage of $file failed (output above)"
-        local versions
-        versions=$(ctr_exec "$(cat "$IMAGE_IID")" cat /src/galley/build/image-versions) ||
+        IMAGE_VERSIONS=$(ctr_exec "$(cat "$IMAGE_IID")" cat /src/galley/build/image-versions) ||
             die "cannot read image-versions from the build stage"
-        ver() { sed -n "s/^$1=//p" <<<"$versions" | head -n 1; }
         local revision=unknown version source=unknown
         version=$(sed -n 's/^project(galley VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
         if git rev-parse --git-dir >/dev/null 2>&1; then
@@ -402,29 +411,33 @@ cmd_image() {
         args+=(--build-arg "GALLEY_VERSION=$version" --build-arg "GALLEY_REVISION=$revision"
             --build-arg "GALLEY_SOURCE=${GALLEY_IMAGE_SOURCE:-$source}"
             --build-arg "GALLEY_CREATED=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-            --build-arg "GALLEY_CUDA_VERSION=$(ver cuda)" --build-arg "GALLEY_CUDNN_VERSION=$(ver cudnn)"
-            --build-arg "GALLEY_NCCL_VERSION=$(ver nccl)" --build-arg "GALLEY_OPENMPI_VERSION=$(ver openmpi)")
+            --build-arg "GALLEY_CUDA_VERSION=$(image_version cuda)"
+            --build-arg "GALLEY_CUDNN_VERSION=$(image_version cudnn)"
+            --build-arg "GALLEY_NCCL_VERSION=$(image_version nccl)"
+            --build-arg "GALLEY_OPENMPI_VERSION=$(image_version openmpi)")
     fi
     ctr_build -f "$file" "${target[@]}" --iidfile "$IMAGE_IID" -t "$tag" "${args[@]}" . ||
         die "building $file failed (output above)"
 
     say "built $tag ($(image_tag_size "$tag")) in $((SECONDS - t0)) s with $CTR_TOOL"
     [[ $dev == 1 ]] && {
-        say "use it: $CTR_TOOL run -it --rm -v \"\$PWD:/src\" $tag ./build.sh test"
+        say "use it: podman run -it --rm -v \"\$PWD:/src\" $tag, then ./build.sh build && ctest --test-dir build"
         return 0
     }
-    say "try it: $CTR_TOOL run --rm $tag galley train recipes/quickstart.yaml"
+    local runner=$CTR_TOOL
+    [[ $runner == buildah ]] && runner=podman
+    say "try it: $runner run --rm $tag galley train recipes/quickstart.yaml"
     if [[ $CTR_TOOL == podman-hpc ]]; then
         say "compute nodes see it after: podman-hpc migrate $tag"
     else
         say "on an HPC system, build it there with podman-hpc and run: podman-hpc migrate $tag"
     fi
     say "or push it (./build.sh push REGISTRY/NAME:TAG --image $tag) and pull it on the system:"
-    say "  shifterimg pull REGISTRY/NAME:TAG    or    podman-hpc pull REGISTRY/NAME:TAG"
+    say "  shifterimg pull docker:REGISTRY/NAME:TAG    or    podman-hpc pull REGISTRY/NAME:TAG"
 }
 
 cmd_push() {
-    local dest="" image=localhost/galley:latest
+    local dest="" image=localhost/galley:latest extra=()
     while [[ $# -gt 0 ]]; do
         case $1 in
             --image)
@@ -432,7 +445,8 @@ cmd_push() {
                 image=$2
                 shift ;;
             --image=*) image=${1#*=} ;;
-            -*) die "push: unknown option '$1'" ;;
+            --*=*) extra+=("$1") ;;   # the tool's own push options: --tls-verify=false, --creds=U:P
+            -*) die "push: unknown option '$1' (usage: ./build.sh push REGISTRY/NAME:TAG [--image LOCAL] [--OPTION=VALUE for the tool's push])" ;;
             *)
                 [[ -z $dest ]] || die "push takes one destination (got '$dest' and '$1')"
                 dest=$1 ;;
@@ -443,10 +457,10 @@ cmd_push() {
         die "push needs REGISTRY/NAME:TAG (e.g. registry.example.org/lab/galley:0.1), got '${dest:-nothing}'"
     ctr_pick
     say "pushing $image to $dest with $CTR_TOOL (log in first, '$CTR_TOOL login ${dest%%/*}', if the registry asks)"
-    "$CTR_TOOL" push --format v2s2 "$image" "docker://$dest" || die "push of $image to $dest failed (output above)"
-    say "pushed; on the HPC system:"
-    say "  shifterimg pull $dest       then   shifter --image=$dest galley info"
-    say "  podman-hpc pull $dest       then   podman-hpc run --rm $dest galley info"
+    "$CTR_TOOL" push --format v2s2 "${extra[@]}" "$image" "docker://$dest" || die "push of $image to $dest failed (output above)"
+    say "pushed; on the HPC system (a private registry: shifterimg login / podman-hpc login first):"
+    say "  shifterimg pull docker:$dest    then  shifter --image=docker:$dest --entrypoint galley info"
+    say "  podman-hpc pull $dest           then  podman-hpc run --rm $dest galley info"
 }
 
 cmd_help() {

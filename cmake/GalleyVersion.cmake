@@ -1,10 +1,14 @@
 # GalleyVersion.cmake: GALLEY_VERSION_STRING = "<PROJECT_VERSION>-<git short hash|nogit>".
+# (GALLEY_GIT_HASH, when given, is the hash.)
 #
 # The hash is taken at configure time. So that a commit is picked up without a manual
 # re-configure, the git files that change on commit/checkout are configure dependencies.
+# -DGALLEY_GIT_HASH=abc1234 names the hash where there is no .git (the image build copies sources only).
 set(_galley_hash "nogit")
 find_package(Git QUIET)
-if(GIT_FOUND AND EXISTS "${PROJECT_SOURCE_DIR}/.git")
+if(GALLEY_GIT_HASH MATCHES "^[0-9a-f]+$")
+    set(_galley_hash "${GALLEY_GIT_HASH}")
+elseif(GIT_FOUND AND EXISTS "${PROJECT_SOURCE_DIR}/.git")
     execute_process(
         COMMAND "${GIT_EXECUTABLE}" rev-parse --short HEAD
         WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"

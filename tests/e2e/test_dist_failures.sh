@@ -28,8 +28,8 @@ galley_pids() { pgrep -f "galley train .*checkpoint.dir=$1" || true; }
 
 # wait_started TAG: until both ranks of run TAG are training (their first lines are out).
 wait_started() {
-    local i
-    for i in $(seq 100); do
+    local _
+    for _ in $(seq 100); do
         [[ $(galley_pids "$1" | wc -l) -ge 2 ]] && grep -q "^step" "$1.out" 2>/dev/null && return 0
         sleep 0.1
     done

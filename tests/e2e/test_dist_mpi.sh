@@ -67,9 +67,11 @@ $(diff <(echo "$a") <(echo "$b") | head -20)"
 
 # same_weights A B MODE [TOL]: the final checkpoints' tensors (exact or tol).
 same_weights() {
-    local fa fb
-    fa=$(ls ck-"$1"/*.h5 | tail -n 1)
-    fb=$(ls ck-"$2"/*.h5 | tail -n 1)
+    local fa fb all
+    all=(ck-"$1"/*.h5)
+    fa=${all[-1]}  # the glob sorts: the newest step is last
+    all=(ck-"$2"/*.h5)
+    fb=${all[-1]}
     "$PY" - "$fa" "$fb" "$3" "${4:-0}" <<'EOF' || fail "$2: final weights differ from $1 ($3)"
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
