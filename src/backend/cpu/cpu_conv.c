@@ -314,6 +314,14 @@ static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float 
         im2col(g, 1, x, col);
 }
 
+// Whether cpu_conv_fast.c may take the convolution: stride 1 everywhere, one group.
+static bool fast_applies(const cv_geom *g) {
+    return g->groups == 1 && g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
+}
+
+static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+                          float *dx, float *scratch, int64_t scratch_floats);
+
 // Rows of dW one task computes in the backward pass: a fixed split (not one per thread), so the
 // GEMM calls, and the sums, are the same at any thread count.
 #define DW_ROW_BLOCK 64
@@ -325,6 +333,9 @@ static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float 
 static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats) {
     if (n <= 0) return;
+    if (fast_applies(g) && cpu_conv_fast_forward(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, x, w, b, y,
+                                                 scratch, scratch_floats))
+        return;
     const int64_t P = g->out_pos, slot = g->c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
     const bool par = per_sample_threads(slots);
@@ -351,6 +362,25 @@ static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w
     memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
     if (db) bias_grad(n, g->f, g->out_pos, dy, db);
     if (n <= 0) return;
+    // The fast kernels where they apply; dx last, as it reuses the scratch of dW's columns.
+    bool fast = fast_applies(g);
+    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, x, dy, dw,
+                                                     scratch, scratch_floats);
+    float *dx_fast = NULL;
+    if (dx && fast &&
+        cpu_conv_fast_input_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, w, NULL, NULL, scratch,
+                                 scratch_floats))
+        dx_fast = dx, dx = NULL;
+    if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
+    if (dx_fast)
+        cpu_conv_fast_input_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, w, dy, dx_fast, scratch,
+                                 scratch_floats);
+}
+
+// conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=
+// the input gradient.
+static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+                          float *dx, float *scratch, int64_t scratch_floats) {
     const int64_t P = g->out_pos, slot = g->c * g->taps * P, in_size = g->c * g->in_pos;
     const int64_t cs = sample_slots(g, n, scratch_floats);
     const int64_t fblocks = (g->fg + DW_ROW_BLOCK - 1) / DW_ROW_BLOCK, tasks = g->groups * fblocks;
@@ -358,13 +388,13 @@ static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w
         const int64_t m = n - s0 < cs ? n - s0 : cs;
         // cols(i): sample s0 + i's columns
 #define COLS(i) (g->direct ? x + (s0 + (i)) * in_size : scratch + (i) * slot)
-        if (!g->direct) {
+        if (!g->direct && dw) {
             const bool par = per_sample_threads(m);
 #pragma omp parallel for schedule(static) num_threads(loop_threads(m)) if (par)
             for (int64_t i = 0; i < m; i++) im2col_sample(g, par, x + (s0 + i) * in_size, scratch + i * slot);
         }
-#pragma omp parallel for schedule(static) num_threads(loop_threads(tasks))
-        for (int64_t t = 0; t < tasks; t++) {
+#pragma omp parallel for schedule(static) num_threads(loop_threads(tasks)) if (dw)
+        for (int64_t t = 0; t < (dw ? tasks : 0); t++) {
             int64_t gr = t / fblocks, f0 = t % fblocks * DW_ROW_BLOCK;
             int64_t rows = g->fg - f0 < DW_ROW_BLOCK ? g->fg - f0 : DW_ROW_BLOCK;
             for (int64_t i = 0; i < m; i++)

@@ -2,6 +2,7 @@
 #ifndef GALLEY_CPU_KERNELS_H
 #define GALLEY_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "galley/backend.h"
@@ -33,6 +34,22 @@ void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups
                                  float *db, float *dx, float *scratch, int64_t scratch_floats);
 // Test hook: at most `samples` samples per im2col chunk (0, the default: as many as scratch holds).
 void cpu_conv_set_chunk_cap(int64_t samples);
+// cpu_conv_fast.c: stride 1, one group, on AVX-512 CPUs (same shapes as cpu_conv_forward, with
+// in/out/k/d/p as {D, H, W}). Each returns false, having done nothing, where it does not apply
+// (another CPU, geometry or too little scratch); cpu_conv.c then runs im2col + sgemm.
+bool cpu_conv_fast_ok(void);
+bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                           const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
+// dw (F,C,KD,KH,KW) = the weight gradient (overwritten), from x (N,C,D,H,W) and dy (N,F,OD,OH,OW).
+bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                               const float *dy, float *dw, float *scratch, int64_t scratch_floats);
+// dx (N,C,D,H,W) += the input gradient, from w (F,C,KD,KH,KW) and dy (N,F,OD,OH,OW). With dy
+// NULL it only says whether it applies.
+bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, float *scratch, int64_t scratch_floats);
 // (end conv region)
 // (begin pool-norm region)
 // Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a
