@@ -1,7 +1,7 @@
 // grad_sync.c: bucketed gradient allreduce overlapped with backward (see dist.h).
 //
 // Buckets are whole layers' gradient slices, taken from the last layer backwards until a bucket
-// holds about bucket_mb; layers without parameters belong to none. Layer i's backward completes
+// holds about bucket_mb (the first: 1 MiB); layers without parameters belong to none. Layer i's backward completes
 // bucket b when i is b's lowest layer, because backward visits layers last to first. Non-blocking
 // MPI progresses only inside MPI calls, so every layer hook also tests the buckets in flight.
 #include <stdlib.h>
@@ -53,6 +53,7 @@ gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overla
     s->d = d, s->g = g, s->overlap = overlap;
     int64_t cap = (int64_t)(bucket_mb * 1048576.0 / sizeof(float));
     if (cap < 1) cap = 1;
+    const int64_t first_cap = (int64_t)(1048576 / sizeof(float));
     s->b = gl_xcalloc((size_t)g->nlayers + 1, sizeof(bucket));
     bucket *cur = NULL;
     for (int i = g->nlayers - 1; i >= 0; i--) {
@@ -60,7 +61,10 @@ gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overla
         int64_t n = 0;
         for (int p = 0; p < l->nparams; p++) n += l->params[p].size;
         if (n == 0) continue;
-        if (!cur || cur->len >= cap) {
+        // The first bucket (the last layers) holds at most 1 MiB, as PyTorch DDP's does: it
+        // starts while most of backward is still to run, whatever bucket_mb is.
+        int64_t limit = s->nb == 1 && first_cap < cap ? first_cap : cap;
+        if (!cur || cur->len >= limit) {
             cur = &s->b[s->nb++];
             cur->off = l->params[0].offset + n;  // grows downwards below
         }
