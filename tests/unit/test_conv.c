@@ -569,7 +569,12 @@ static void test_conv_results_do_not_depend_on_threads(void **state) {
     cv_case u2 = {.nd = 2, .c = 160, .sp = {1, 9, 11}, .f = 16, .k = 3, .s = 2, .p = 1, .d = 1, .g = 1, .bias = 1,
                   .op = 1};
     cv_case u3 = {.nd = 3, .c = 8, .sp = {6, 7, 8}, .f = 4, .k = 2, .s = 2, .p = 0, .d = 1, .g = 1, .bias = 1};
+    // A first layer (3 input channels, 32 filters): the AVX-512 path splits its weight gradient
+    // over groups of filters instead of rows.
+    cv_case f2 = {.nd = 2, .c = 3, .sp = {1, 32, 32}, .f = 32, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1,
+                  .bias = 1};
     check_threads(&t2, 0, 3);
+    check_threads(&f2, 0, 3);
     check_threads(&t3, 0, 3);
     check_threads(&u2, 1, 3);
     check_threads(&u3, 1, 3);

@@ -244,6 +244,7 @@ static void add_bias(int64_t cs, int64_t ch, int64_t P, const float *b, float *y
 
 // dy is (N,CH,P), db is (CH): db = the sum of dy over N and P (overwritten)
 static void bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db) {
+    if (cpu_conv_fast_bias_grad(n, ch, P, dy, db)) return;
 #pragma omp parallel for schedule(static)
     for (int64_t c = 0; c < ch; c++) {
         double sum = 0.0;

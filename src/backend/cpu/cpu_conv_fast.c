@@ -13,6 +13,7 @@
 // kernel flipped and channels swapped, padded (k-1)*d - p before: the same kernel computes it,
 // accumulating into dx, with no columns and no col2im. The weight gradient is a third kernel: a
 // register tile of 8 rows of dW by 32 filters, summed over every sample and position in order.
+// The bias gradient's per-channel sums run here too, in 32 double lanes.
 //
 // The CPU is checked at run time; without AVX-512 (or for other geometries) cpu_conv.c's
 // im2col + OpenBLAS path runs instead.
@@ -245,33 +246,45 @@ FAST_TARGET static void dy_transpose(const float *dy, int64_t P, int64_t F, int6
 }
 
 // dwt [kkp][F] += the weight gradient of g over n samples (x (n, cin, in), dy (n, cout, out)),
-// transposed. Threads own fixed ranges of MR-row blocks of kk and run every sample and tile
-// position in order, so each element's sum is the same at any thread count. buf holds
+// transposed. Threads own fixed blocks of dwt and run every sample and tile position in order,
+// so each element's sum is the same at any thread count. The blocks are ranges of MR-row blocks
+// of kk, each thread transposing all of dy; or, where kk is short next to F (a first layer's 3
+// or 4 input channels: the dy transpose is then most of the work), ranges of 16 filters, each
+// thread transposing only its own filters and building all of the (short) panel. buf holds
 // `threads` of [kk][NR] + [NR][F].
 FAST_TARGET static void dw_run(const ig_geom *g, int64_t n, const float *x, const float *dy, float *dwt,
                                float *buf, int threads) {
-    const int64_t P = g->out_pos, F = g->cout, kb = (g->kk + MR - 1) / MR;
+    const int64_t P = g->out_pos, F = g->cout, kb = (g->kk + MR - 1) / MR, fg = (F + 15) / 16;
     const int64_t kkp = kb * MR, per = kkp * NR + NR * F;
-    if (kb < threads) threads = (int)kb;
+    const bool by_f = g->kk <= 2 * F && fg >= 2;
+    const int64_t parts = by_f ? fg : kb;
+    if (parts < threads) threads = (int)parts;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-        const int64_t b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
+        int64_t b0 = 0, b1 = kb, fa = 0, fb = F;
+        if (by_f) {
+            fa = 16 * (fg * t / nt), fb = 16 * (fg * (t + 1) / nt);
+            fb = fb < F ? fb : F;
+        } else {
+            b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
+        }
         const int64_t c_lo = b0 * MR / g->taps, c_hi0 = (b1 * MR + g->taps - 1) / g->taps;
         const int64_t c_hi = c_hi0 < g->cin ? c_hi0 : g->cin;
         float *panel = buf + t * per, *dyt = panel + kkp * NR;
         memset(panel + g->kk * NR, 0, sizeof(float) * (size_t)((kkp - g->kk) * NR));  // rows past kk: read, unused
-        for (int64_t s = 0; s < n && b0 < b1; s++)
+        for (int64_t s = 0; s < n && b0 < b1 && fa < fb; s++)
             for (int64_t p0 = 0; p0 < P; p0 += NR) {
                 int64_t cnt = P - p0 < NR ? P - p0 : NR;
                 ig_panel(g, x + s * g->cin * g->in_pos, p0, cnt, c_lo, c_hi, panel, NR);
-                const float *dys = dy + s * F * P + p0;
-                dy_transpose(dys, P, F, cnt, dyt);
-                for (int64_t f0 = 0; f0 < F; f0 += NR) {
-                    __mmask16 m0 = lane_mask(0, F - f0), m1 = lane_mask(0, F - f0 - 16);
+                const float *dys = dy + (s * F + fa) * P + p0;
+                dy_transpose(dys, P, fb - fa, cnt, dyt);  // dyt [cnt][fb - fa]
+                for (int64_t f0 = fa; f0 < fb; f0 += NR) {
+                    __mmask16 m0 = lane_mask(0, fb - f0), m1 = lane_mask(0, fb - f0 - 16);
                     for (int64_t b = b0; b < b1; b++) {
                         int64_t rows = g->kk - b * MR < MR ? g->kk - b * MR : MR;
-                        dw_tile(cnt, panel + b * MR * NR, dyt + f0, F, dwt + b * MR * F + f0, F, (int)rows, m0, m1);
+                        dw_tile(cnt, panel + b * MR * NR, dyt + (f0 - fa), fb - fa, dwt + b * MR * F + f0, F,
+                                (int)rows, m0, m1);
                     }
                 }
             }
@@ -354,6 +367,41 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     return true;
 #else
     (void)n, (void)x, (void)dy, (void)dw;
+    return false;
+#endif
+}
+
+#if FAST_BUILT
+// One channel's sum: 32 double lanes (four independent chains, so the adds overlap), a fixed
+// order whatever the thread count.
+FAST_TARGET static double bias_sum(int64_t n, int64_t stride, int64_t P, const float *dy) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t s = 0; s < n; s++) {
+        const float *row = dy + s * stride;
+        int64_t i = 0;
+        for (; i + 32 <= P; i += 32) {
+            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_loadu_ps(row + i)));
+            a1 = _mm512_add_pd(a1, _mm512_cvtps_pd(_mm256_loadu_ps(row + i + 8)));
+            a2 = _mm512_add_pd(a2, _mm512_cvtps_pd(_mm256_loadu_ps(row + i + 16)));
+            a3 = _mm512_add_pd(a3, _mm512_cvtps_pd(_mm256_loadu_ps(row + i + 24)));
+        }
+        for (; i < P; i += 8) {
+            __mmask8 m = (__mmask8)(P - i >= 8 ? 0xff : (1u << (P - i)) - 1);
+            a0 = _mm512_add_pd(a0, _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, row + i)));
+        }
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(a0, a1), _mm512_add_pd(a2, a3)));
+}
+#endif
+
+bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db) {
+    if (!cpu_conv_fast_ok()) return false;
+#if FAST_BUILT
+#pragma omp parallel for schedule(static) if (n * ch * P >= 65536)
+    for (int64_t c = 0; c < ch; c++) db[c] = (float)bias_sum(n, ch * P, P, dy + c * P);
+    return true;
+#else
+    (void)n, (void)ch, (void)P, (void)dy, (void)db;
     return false;
 #endif
 }

@@ -27,9 +27,14 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
                     (blasint)u, x + r0 * k, (blasint)k, r0 ? 1.0f : 0.0f, dw, (blasint)k);
     }
     if (db) {
-        memset(db, 0, sizeof(float) * (size_t)u);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < u; j++) db[j] += dy[i * u + j];
+        // Threads own blocks of 64 units; each sum runs over the batch in order, as on one thread.
+#pragma omp parallel for schedule(static) if (n * u >= 65536)
+        for (int64_t j0 = 0; j0 < u; j0 += 64) {
+            const int64_t j1 = u - j0 < 64 ? u : j0 + 64;
+            memset(db + j0, 0, sizeof(float) * (size_t)(j1 - j0));
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t j = j0; j < j1; j++) db[j] += dy[i * u + j];
+        }
     }
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)k, (blasint)u, 1.0f, dy,

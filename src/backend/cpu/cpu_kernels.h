@@ -50,6 +50,8 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
 bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats);
+// db (CH) = the sum of dy (N,CH,P) over N and P, in double (overwritten).
+bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db);
 // (end conv region)
 // (begin pool-norm region)
 // Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a
