@@ -143,7 +143,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     char resume_path[4096] = "";
     int64_t resume_step = 0;
     if (opts->resume &&
-        (code = train_resume_pick(r, opts->resume, d, resume_path, sizeof resume_path, &resume_step, out, err)))
+        (code = train_resume_pick(r, opts->resume, d, resume_path, sizeof resume_path, &resume_step, opts->evaluate,
+                                 out, err)))
         goto early;
     if (opts->evaluate && !resume_path[0]) {
         if (d->rank == 0) fprintf(err, "galley eval: error: no checkpoint to evaluate in %s/\n", r->checkpoint.dir);

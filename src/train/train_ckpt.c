@@ -10,7 +10,7 @@
 #include "train/train_internal.h"
 
 int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *path, size_t len, int64_t *step,
-                      FILE *out, FILE *err) {
+                      bool quiet_fresh, FILE *out, FILE *err) {
     int status[2] = {GL_EXIT_OK, 0};  // exit code, path length
     path[0] = 0;
     *step = 0;
@@ -32,7 +32,7 @@ int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *p
                 if (ckpt_verify(p[i], step, why, sizeof why) == 0) snprintf(path, len, "%s", p[i]);
                 else fprintf(out, "galley: --resume auto: skipping %s: %s; trying the previous one\n", p[i], why);
             }
-            if (!path[0])
+            if (!path[0] && !quiet_fresh)
                 fprintf(out, "galley: --resume auto: %s in %s/, starting from scratch\n",
                         n ? "no good checkpoint" : "no checkpoint", r->checkpoint.dir);
             ckpt_list_free(p, s, n);

@@ -59,9 +59,10 @@ void train_share_state(train_ctx *c, int64_t step);
 
 // Picks what `--resume` names (a file, or "auto": the newest good checkpoint of this run in
 // checkpoint.dir, falling back past damaged ones). path[0] = 0: start fresh. *step: its step.
-// Rank 0 decides and tells the others. Returns GL_EXIT_OK or GL_EXIT_USAGE (printed).
+// Rank 0 decides and tells the others. quiet_fresh: say nothing when none is found (the caller
+// reports it). Returns GL_EXIT_OK or GL_EXIT_USAGE (printed).
 int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *path, size_t len, int64_t *step,
-                      FILE *out, FILE *err);
+                      bool quiet_fresh, FILE *out, FILE *err);
 // Rank 0 reads path into the model, optimizer and st; every rank gets the same. GL_EXIT_OK, or
 // GL_EXIT_USAGE / GL_EXIT_RUNTIME (printed).
 int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *err);
