@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_h5.h"
 #include "galley/ckpt.h"
@@ -17,6 +18,12 @@ static const char *opt_name(int t) { return t == OPT_SGD ? "sgd" : t == OPT_ADAM
 
 // Opens path and checks the format attributes. The file id, or -1 with the reason in err.
 hid_t ckpt_open(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s is a directory, not a checkpoint file (checkpoint.dir holds them; --resume auto "
+                              "picks one)", path);
+        return -1;
+    }
     FILE *probe = fopen(path, "rb");
     if (!probe) {
         snprintf(err, errlen, "cannot open %s: no such file or not readable", path);
