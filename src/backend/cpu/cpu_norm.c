@@ -6,54 +6,10 @@
 #include "backend/cpu/cpu_kernels.h"
 
 // x, y are (N,C,S); gamma, beta are (C) or NULL; running is (2C+1): mean, var, ready flag;
-// saved is (2C+1): mean, 1/sqrt(var+eps), train flag
-// Synchronised batch statistics: per-channel sums, summed over ranks, then the same arithmetic
-// as below with the global count. Two reductions (sum, then squared deviations from the global
-// mean) keep the two-pass variance's accuracy.
-static void bn_forward_sync(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
-                            float eps, float momentum, float *running, float *saved, float *y, const gl_reducer *red) {
-    float *rmean = running, *rvar = running + c;
-    double buf[c + 1], mean[c];
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
-    for (int64_t ch = 0; ch < c; ch++) {
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < s; j++) sum += x[(i * c + ch) * s + j];
-        buf[ch] = sum;
-    }
-    buf[c] = (double)(n * s);
-    red->sum(red->ctx, buf, (int)c + 1);
-    const double m = buf[c];
-    for (int64_t ch = 0; ch < c; ch++) mean[ch] = m > 0 ? buf[ch] / m : 0.0;
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
-    for (int64_t ch = 0; ch < c; ch++) {
-        double sq = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < s; j++) {
-                double d = x[(i * c + ch) * s + j] - mean[ch];
-                sq += d * d;
-            }
-        buf[ch] = sq;
-    }
-    red->sum(red->ctx, buf, (int)c);
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
-    for (int64_t ch = 0; ch < c; ch++) {
-        double var = m > 0 ? buf[ch] / m : 0.0, unbiased = m > 1 ? buf[ch] / (m - 1) : var;
-        double inv = 1.0 / sqrt(var + (double)eps);
-        rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean[ch]);
-        rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * unbiased);
-        saved[ch] = (float)mean[ch];
-        saved[c + ch] = (float)inv;
-        float mu = (float)mean[ch], sc = (float)(inv * (gamma ? gamma[ch] : 1.0f)), sh = beta ? beta[ch] : 0.0f;
-        for (int64_t i = 0; i < n; i++) {
-            const float *xp = x + (i * c + ch) * s;
-            float *yp = y + (i * c + ch) * s;
-            for (int64_t j = 0; j < s; j++) yp[j] = (xp[j] - mu) * sc + sh;
-        }
-    }
-    saved[2 * c] = 1.0f;
-}
-
+// saved is (2C+1): mean, 1/sqrt(var+eps), train flag.
+// Training statistics are per-channel sums; with red (sync_batchnorm) the sums and the count are
+// added over ranks between the passes, so every rank normalises with the global batch's mean and
+// variance. Two passes (sum, then squared deviations from the mean) keep the variance accurate.
 void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
                             float eps, int train, float momentum, float *running, float *saved, float *y,
                             const gl_reducer *red) {
@@ -62,38 +18,48 @@ void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, con
         for (int64_t ch = 0; ch < c; ch++) rmean[ch] = 0.0f, rvar[ch] = 1.0f;
         *ready = 1.0f;
     }
-    if (train && red) {
-        bn_forward_sync(n, c, s, x, gamma, beta, eps, momentum, running, saved, y, red);
-        return;
-    }
-    const int64_t m = n * s;  // values per channel
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
-    for (int64_t ch = 0; ch < c; ch++) {
-        double mean, inv;
-        if (train) {
-            double sum = 0.0, sq = 0.0;
+    const int par = n * c * s >= CPU_PAR_MIN_WORK;
+    double buf[c + 1], mean[c], inv[c];
+    if (train) {
+#pragma omp parallel for schedule(static) if (par)
+        for (int64_t ch = 0; ch < c; ch++) {
+            double sum = 0.0;
             for (int64_t i = 0; i < n; i++)
                 for (int64_t j = 0; j < s; j++) sum += x[(i * c + ch) * s + j];
-            mean = sum / (double)m;
+            buf[ch] = sum;
+        }
+        buf[c] = (double)(n * s);  // values per channel
+        if (red) red->sum(red->ctx, buf, (int)c + 1);
+        const double m = buf[c];
+        for (int64_t ch = 0; ch < c; ch++) mean[ch] = m > 0 ? buf[ch] / m : 0.0;
+#pragma omp parallel for schedule(static) if (par)
+        for (int64_t ch = 0; ch < c; ch++) {
+            double sq = 0.0;
             for (int64_t i = 0; i < n; i++)
                 for (int64_t j = 0; j < s; j++) {
-                    double d = x[(i * c + ch) * s + j] - mean;
+                    double d = x[(i * c + ch) * s + j] - mean[ch];
                     sq += d * d;
                 }
-            double var = sq / (double)m;
+            buf[ch] = sq;
+        }
+        if (red) red->sum(red->ctx, buf, (int)c);
+        for (int64_t ch = 0; ch < c; ch++) {
+            double var = m > 0 ? buf[ch] / m : 0.0;
             // PyTorch refuses one value per channel in training; here the running variance
             // then takes the biased (zero) variance instead of dividing by m - 1 = 0.
-            double unbiased = m > 1 ? sq / (double)(m - 1) : var;
-            inv = 1.0 / sqrt(var + (double)eps);
-            rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean);
+            double unbiased = m > 1 ? buf[ch] / (m - 1) : var;
+            inv[ch] = 1.0 / sqrt(var + (double)eps);
+            rmean[ch] = (float)((1.0 - momentum) * rmean[ch] + momentum * mean[ch]);
             rvar[ch] = (float)((1.0 - momentum) * rvar[ch] + momentum * unbiased);
-        } else {
-            mean = rmean[ch];
-            inv = 1.0 / sqrt((double)rvar[ch] + (double)eps);
         }
-        saved[ch] = (float)mean;
-        saved[c + ch] = (float)inv;
-        float mu = (float)mean, sc = (float)(inv * (gamma ? gamma[ch] : 1.0f)), sh = beta ? beta[ch] : 0.0f;
+    } else {
+        for (int64_t ch = 0; ch < c; ch++) mean[ch] = rmean[ch], inv[ch] = 1.0 / sqrt((double)rvar[ch] + (double)eps);
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t ch = 0; ch < c; ch++) {
+        saved[ch] = (float)mean[ch];
+        saved[c + ch] = (float)inv[ch];
+        float mu = (float)mean[ch], sc = (float)(inv[ch] * (gamma ? gamma[ch] : 1.0f)), sh = beta ? beta[ch] : 0.0f;
         for (int64_t i = 0; i < n; i++) {
             const float *xp = x + (i * c + ch) * s;
             float *yp = y + (i * c + ch) * s;
@@ -105,13 +71,14 @@ void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, con
 
 // x, dy, dx are (N,C,S); gamma, dgamma, dbeta are (C) or NULL; saved as written by forward.
 // With batch statistics: dx = gamma * inv / M * (M dy - sum(dy) - xhat * sum(dy xhat)), M = N*S.
-// Synchronised: this rank's sums give dgamma and dbeta (the gradient allreduce adds the other
-// ranks'), their sum over ranks gives dx.
-static void bn_backward_sync(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
+// dgamma and dbeta are this rank's sums (the gradient allreduce adds the others'); with red the
+// sums in dx's formula, and M, are over every rank.
+void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
                              const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red) {
     const float *mean = saved, *inv = saved + c;
+    const int train = saved[2 * c] != 0.0f, par = n * c * s >= CPU_PAR_MIN_WORK;
     double buf[2 * c + 1];
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t ch = 0; ch < c; ch++) {
         const float mu = mean[ch], is = inv[ch];
         double sdy = 0.0, sdyx = 0.0;
@@ -126,46 +93,14 @@ static void bn_backward_sync(int64_t n, int64_t c, int64_t s, const float *x, co
         buf[ch] = sdy, buf[c + ch] = sdyx;
     }
     buf[2 * c] = (double)(n * s);
-    red->sum(red->ctx, buf, (int)(2 * c + 1));
+    if (train && red) red->sum(red->ctx, buf, (int)(2 * c + 1));
     if (!dx) return;
     const double m = buf[2 * c];
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t ch = 0; ch < c; ch++) {
         const float mu = mean[ch], is = inv[ch];
         const float g = (gamma ? gamma[ch] : 1.0f) * is;
-        const float a = (float)(buf[ch] / m), b = (float)(buf[c + ch] / m);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < s; j++) {
-                int64_t e = (i * c + ch) * s + j;
-                dx[e] += g * (dy[e] - a - (x[e] - mu) * is * b);
-            }
-    }
-}
-
-void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
-                             const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red) {
-    const float *mean = saved, *inv = saved + c;
-    const int train = saved[2 * c] != 0.0f;
-    if (train && red) {
-        bn_backward_sync(n, c, s, x, dy, gamma, saved, dgamma, dbeta, dx, red);
-        return;
-    }
-    const int64_t m = n * s;
-#pragma omp parallel for schedule(static) if (n * c * s >= CPU_PAR_MIN_WORK)
-    for (int64_t ch = 0; ch < c; ch++) {
-        const float mu = mean[ch], is = inv[ch];
-        double sdy = 0.0, sdyx = 0.0;
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < s; j++) {
-                int64_t e = (i * c + ch) * s + j;
-                sdy += dy[e];
-                sdyx += (double)dy[e] * (double)((x[e] - mu) * is);
-            }
-        if (dgamma) dgamma[ch] = (float)sdyx;
-        if (dbeta) dbeta[ch] = (float)sdy;
-        if (!dx) continue;
-        const float g = (gamma ? gamma[ch] : 1.0f) * is;
-        const float a = train ? (float)(sdy / (double)m) : 0.0f, b = train ? (float)(sdyx / (double)m) : 0.0f;
+        const float a = train ? (float)(buf[ch] / m) : 0.0f, b = train ? (float)(buf[c + ch] / m) : 0.0f;
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < s; j++) {
                 int64_t e = (i * c + ch) * s + j;
