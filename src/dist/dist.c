@@ -141,10 +141,15 @@ void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all
         memcpy(all, mine, sizeof(float) * (size_t)count);
         return;
     }
-    // Pieces of every rank's block land at rank * count + offset: one resized datatype per piece
-    // would do it in one call; a piece at a time through a staging buffer is simpler and the
-    // deterministic mode it serves is not the fast path.
-    int64_t piece = count < DIST_PIECE ? count : DIST_PIECE;
+    if (count <= DIST_PIECE) {  // the usual case: rank k's block lands at all + k * count directly
+        MPI_Request r;
+        MPI_Iallgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, COMM(d), &r);
+        dist_wait(d, 1, &r, what, step);
+        return;
+    }
+    // Blocks beyond an int count go a piece at a time through a staging buffer (allocated per
+    // call: only models of over 2^26 parameters get here).
+    int64_t piece = DIST_PIECE;
     float *tmp = gl_xmalloc(sizeof(float) * (size_t)(piece * d->world));
     for (int64_t off = 0; off < count; off += piece) {
         int len = (int)(count - off < piece ? count - off : piece);
