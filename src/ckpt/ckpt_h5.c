@@ -1,4 +1,4 @@
-// ckpt_h5.c: attributes and checksummed float datasets for checkpoints.
+// ckpt_h5.c: attributes, checksummed float datasets and the optimizer's buffers, for checkpoints.
 #include "ckpt/ckpt_h5.h"
 
 #include <stdio.h>
@@ -115,3 +115,13 @@ int ck_read_floats(hid_t f, const char *path, const gl_shape *shape, float *data
     H5Dclose(ds);
     return rc;
 }
+
+int ck_optim_buffers(const gl_optim *o, const char **names, float **bufs) {
+    int n = 0;
+    if (o->velocity) names[n] = "velocity", bufs[n++] = o->velocity;
+    if (o->m) names[n] = "m", bufs[n++] = o->m;
+    if (o->v) names[n] = "v", bufs[n++] = o->v;
+    return n;
+}
+
+const char *ck_optim_name(int type) { return type == OPT_SGD ? "sgd" : type == OPT_ADAMW ? "adamw" : "lamb"; }

@@ -1,12 +1,21 @@
-// ckpt_h5.h: small HDF5 helpers the checkpoint reader and writer share (attributes, checked
-// float datasets).
+// ckpt_h5.h: what the checkpoint writer, reader and inspector share: opening and checking a
+// file, attributes, checksummed float datasets, the optimizer's buffers and name.
 #ifndef GALLEY_CKPT_H5_H
 #define GALLEY_CKPT_H5_H
 
 #include <hdf5.h>
 #include <stdint.h>
 
+#include "galley/optim.h"
 #include "galley/tensor.h"
+
+// Opens a checkpoint read-only and checks its format attributes. The file id, or -1 with the
+// reason in err (missing, a directory, not HDF5, not a checkpoint, a newer format).
+hid_t ck_open(const char *path, char *err, size_t errlen);
+// The state buffers this optimizer has ("velocity"; "m", "v") into names/bufs[3]; their count.
+int ck_optim_buffers(const gl_optim *o, const char **names, float **bufs);
+// "sgd", "adamw" or "lamb", as the recipe writes optimizer.type.
+const char *ck_optim_name(int type);
 
 int ck_attr_i64(hid_t obj, const char *name, int64_t v);
 int ck_attr_f64(hid_t obj, const char *name, double v);

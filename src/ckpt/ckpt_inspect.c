@@ -8,8 +8,6 @@
 #include "galley/ckpt.h"
 #include "galley/h5data.h"
 
-hid_t ckpt_open(const char *path, char *err, size_t errlen);
-
 static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void *op) {
     (void)info;
     FILE *out = op;
@@ -71,7 +69,7 @@ static herr_t ds_cb(hid_t f, const char *name, const H5O_info_t *info, void *op)
 
 int ckpt_verify(const char *path, int64_t *step, char *err, size_t errlen) {
     h5_setup(false);
-    hid_t f = ckpt_open(path, err, errlen);
+    hid_t f = ck_open(path, err, errlen);
     if (f < 0) return -1;
     visit v = {0};
     int rc = 0;
@@ -93,7 +91,7 @@ int ckpt_verify(const char *path, int64_t *step, char *err, size_t errlen) {
 int ckpt_inspect(const char *path, bool recipe, FILE *out, FILE *err) {
     h5_setup(false);
     char why[1024];
-    hid_t f = ckpt_open(path, why, sizeof why);
+    hid_t f = ck_open(path, why, sizeof why);
     if (f < 0) {
         fprintf(err, "galley: error: %s\n", why);
         return -1;

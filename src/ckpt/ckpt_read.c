@@ -12,12 +12,9 @@
 #include "data/h5_internal.h"
 #include "galley/h5data.h"
 
-int ckpt_optim_buffers(const gl_optim *o, const char **names, float **bufs);
-
-static const char *opt_name(int t) { return t == OPT_SGD ? "sgd" : t == OPT_ADAMW ? "adamw" : "lamb"; }
 
 // Opens path and checks the format attributes. The file id, or -1 with the reason in err.
-hid_t ckpt_open(const char *path, char *err, size_t errlen) {
+hid_t ck_open(const char *path, char *err, size_t errlen) {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         snprintf(err, errlen, "%s is a directory, not a checkpoint file (checkpoint.dir holds them; --resume auto "
@@ -87,7 +84,7 @@ static int read_one(hid_t f, const char *path, const char *file, const gl_shape 
 int ckpt_read(const char *path, const recipe_t *r, gl_graph *g, gl_optim *o, gl_ckpt_state *st, char *err,
               size_t errlen) {
     h5_setup(r->data.file_locking);
-    hid_t f = ckpt_open(path, err, errlen);
+    hid_t f = ck_open(path, err, errlen);
     if (f < 0) return -1;
     memset(st, 0, sizeof *st);
     int64_t v[12];
@@ -106,14 +103,14 @@ int ckpt_read(const char *path, const recipe_t *r, gl_graph *g, gl_optim *o, gl_
         return -1;
     }
     int rc = 0;
-    if (strcmp(opt, opt_name(o->type)) != 0) {
+    if (strcmp(opt, ck_optim_name(o->type)) != 0) {
         snprintf(err, errlen, "%s holds %s optimizer state, but the recipe's optimizer.type is %s; resume with "
-                              "the optimizer it was written with, or start a new run", path, opt, opt_name(o->type));
+                              "the optimizer it was written with, or start a new run", path, opt, ck_optim_name(o->type));
         rc = -2;
     }
     const char *bn[3];
     float *bb[3];
-    int nb = ckpt_optim_buffers(o, bn, bb);
+    int nb = ck_optim_buffers(o, bn, bb);
     char p[512];
     int64_t tensors = 0;
     for (int i = 0; rc == 0 && i < g->nlayers; i++) {

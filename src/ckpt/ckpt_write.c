@@ -21,16 +21,6 @@
 #define GALLEY_VERSION "0.1.0-dev"
 #endif
 
-static const char *opt_name(int t) { return t == OPT_SGD ? "sgd" : t == OPT_ADAMW ? "adamw" : "lamb"; }
-
-// The optimizer buffers that exist for this optimizer, with their names in the file.
-int ckpt_optim_buffers(const gl_optim *o, const char **names, float **bufs) {
-    int n = 0;
-    if (o->velocity) names[n] = "velocity", bufs[n++] = o->velocity;
-    if (o->m) names[n] = "m", bufs[n++] = o->m;
-    if (o->v) names[n] = "v", bufs[n++] = o->v;
-    return n;
-}
 
 static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st) {
     char path[512];
@@ -62,7 +52,7 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
     rc |= ck_attr_f64(root, "best_loss", st->best_loss);
     rc |= ck_attr_i64(root, "best_loss_step", st->best_loss_step);
     rc |= ck_attr_i64(root, "epochs_run", st->epochs_run);
-    rc |= ck_attr_str(root, "optimizer", opt_name(o->type));
+    rc |= ck_attr_str(root, "optimizer", ck_optim_name(o->type));
     rc |= ck_attr_i64(root, "optimizer_steps", o->steps);
     rc |= ck_attr_i64(root, "parameters", g->nparams);
     H5Gclose(root);
@@ -88,7 +78,7 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
 
     const char *bn[3];
     float *bb[3];
-    int nb = ckpt_optim_buffers(o, bn, bb);
+    int nb = ck_optim_buffers(o, bn, bb);
     for (int i = 0; i < g->nlayers; i++) {
         const layer_t *l = &g->layers[i];
         for (int p = 0; p < l->nparams; p++) {
