@@ -10,11 +10,11 @@
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source=tests/e2e/lib/h5py.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/h5py.sh"
+# shellcheck source=tests/e2e/lib/py.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/py.sh"
 need_galley
 need_cmd python3 timeout
-PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
+need_pyenv  # PY: a Python with h5py
 
 cd "$GL_TMP"
 MLP=$GALLEY_SRC/recipes/quickstart.yaml

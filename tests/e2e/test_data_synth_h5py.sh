@@ -11,9 +11,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 need_galley
 need_cmd python3
 
-# shellcheck source=tests/e2e/lib/h5py.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/h5py.sh"
-PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
+# shellcheck source=tests/e2e/lib/py.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/py.sh"
+need_pyenv  # PY: a Python with h5py
 
 cd "$GL_TMP"
 for kind in spirals shapes2d cosmo3d climate2d nbody3d; do

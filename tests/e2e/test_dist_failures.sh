@@ -8,8 +8,8 @@
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
-# shellcheck source=tests/e2e/lib/h5py.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/h5py.sh"
+# shellcheck source=tests/e2e/lib/py.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/py.sh"
 need_galley
 need_cmd mpirun timeout pgrep
 [[ $GALLEY_SANITIZE == 1 ]] && skip "release tree only: killing ranks under ASan adds nothing but Open MPI's noise"
@@ -72,7 +72,7 @@ grep -qE "rank [01] of 2: the .* at step [0-9]+ made no progress" hung.err hung.
 info "hung rank: job ended with exit $rc after $secs s"
 
 info "a non-finite loss on one rank stops every rank at that step, exit 1"
-PY=$(h5py_python) || skip "cannot install h5py from PyPI (offline?)"
+need_pyenv  # PY: a Python with h5py
 # 32 samples of 2 features -> 1 value; one global batch of all 32, so the Inf target (sample 5)
 # lands in exactly one rank's half of every batch.
 "$PY" - <<'EOF'

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # py.sh: a Python virtual environment for the tests that read galley's files back with other
-# people's tools: TensorBoard's own event loader and jsonschema. Source it after common.sh:
+# people's tools: TensorBoard's own event loader, jsonschema, and h5py (data sets, checkpoints).
+# Source it after common.sh:
 #
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib/py.sh"
 #   need_pyenv                 # sets PY; skips (exit 77) only when pip cannot reach PyPI
@@ -11,7 +12,7 @@
 # `python3 -m venv` (Debian: python3-venv, which build.sh installs).
 
 : "${GALLEY_PYENV:=$GALLEY_BUILD/pyenv}"
-GL_PY_PACKAGES=("tensorboard>=2.14,<3" "jsonschema>=4.18,<5")
+GL_PY_PACKAGES=("tensorboard>=2.14,<3" "jsonschema>=4.18,<5" "h5py>=3.8,<4" "numpy")
 
 # pip_offline LOG: 0 when pip's log says it could not reach the package index.
 pip_offline() {
