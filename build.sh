@@ -32,7 +32,7 @@ TEST_PACKAGES=(
     python3-venv chromium
     slurm-wlm munge hdf5-tools
     runc  # podman's default crun fails on hybrid cgroups; the image tests use runc there
-    shellcheck
+    shellcheck procps  # procps: pgrep, for the failing-rank test
     podman buildah debootstrap
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
