@@ -1,9 +1,22 @@
 // backend.h: the kernels layers call. A layer never computes on its own; it calls through
-// gl_backend so the same layer runs on the CPU (backend/cpu) or, later, CUDA (backend/cuda).
+// gl_backend so the same layer runs on the CPU (backend/cpu) or a GPU (backend/cuda).
+//
+// Memory. Every tensor pointer a kernel gets is backend memory, carved from the run's arena
+// (arena_init_for), except where a comment says host: the labels, class weights and regression
+// targets of the losses, which come straight from the data loader. On the CUDA backend the
+// arena is CUDA managed memory on the GPU: kernels run asynchronously on one stream, and host
+// code may read or write tensors only after sync() (graph_forward and graph_backward end with
+// one; the losses return their value, so they wait for it).
 #ifndef GALLEY_BACKEND_H
 #define GALLEY_BACKEND_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#ifdef __cplusplus  // the CUDA backend's files are C++
+extern "C" {
+#endif
 
 typedef enum { ACT_RELU, ACT_LEAKY_RELU, ACT_TANH, ACT_SIGMOID, ACT_GELU } gl_act;
 
@@ -13,8 +26,55 @@ typedef struct {
     void *ctx;
 } gl_reducer;
 
+// A stretch of one parameter tensor: the optimizer's unit of parallel work and of partial sums
+// (src/optim; GL_OPTIM_CHUNK elements at most).
+typedef struct {
+    int64_t offset, len;  // into the parameter block
+    int tensor;           // index into the optimizer's tensors (parameter order, empty ones skipped)
+    bool plain;           // optimizer.exclude_1d and a 1-D tensor: no weight decay, LAMB ratio 1
+} gl_chunk;
+
+// One optimizer update's scalars, computed on the host by src/optim (rule: OPT_* of recipe.h).
+typedef struct {
+    int rule;
+    bool clip;            // multiply every gradient by coef first (and keep it in g)
+    float coef;
+    float lr;             // SGD, AdamW: the learning rate
+    float momentum, weight_decay;
+    bool nesterov;
+    // AdamW, LAMB: as src/optim/adam.c's moments_at
+    float b1, b2, one_b1, one_b2, eps, inv_bc1, inv_sqrt_bc2;
+    float decayed;        // AdamW: 1 - lr * weight_decay
+} gl_optim_args;
+
 typedef struct gl_backend {
     const char *name;
+    // ---- memory (src/core/arena.c and the training loop) ----
+    int device;  // 1: tensors live on a GPU (see Memory above); 0: host memory
+    // The run's arena: `bytes` zeroed bytes aligned to at least 256, or NULL when short.
+    void *(*mem_alloc)(size_t bytes);
+    void (*mem_free)(void *p);
+    // Waits for every kernel issued so far.
+    void (*sync)(void);
+    // dst[0, bytes) = 0, in backend memory.
+    void (*zero)(void *dst, size_t bytes);
+    // Host memory src -> backend memory dst.
+    void (*upload)(void *dst, const void *src, size_t bytes);
+    // Backend memory src -> host memory dst (waits for the kernels that write src).
+    void (*download)(void *dst, const void *src, size_t bytes);
+
+    // ---- optimizer (src/optim uses these when device is set; NULL on the CPU, which runs its
+    // own loops). chunks: host memory, the same table on every call of a run (it may be cached).
+    // part[c] (host) = the sum of x[i]^2 over chunk c, in double, in a fixed order.
+    void (*chunk_sumsq)(int nchunks, const gl_chunk *chunks, const float *x, double *part);
+    // One update of w over the chunks as src/optim/sgd.c (s0: velocity or NULL) or adam.c's
+    // AdamW (s0 = m, s1 = v). LAMB takes two calls: phase 1 (ratio NULL) updates the moments and
+    // writes part[c] (host) = sum of w^2 and part[nchunks + c] = sum of u^2; phase 2 (ratio [tensors],
+    // host) applies w -= lr * ratio[tensor] * u.
+    void (*optim_update)(int nchunks, const gl_chunk *chunks, const gl_optim_args *a, float *w, float *g,
+                         float *s0, float *s1, double *part, const double *ratio);
+
+    // ---- kernels ----
     // y[N,U] = x[N,K] . W[U,K]^T (+ b[U])
     void (*dense_forward)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                           const float *b, float *y);
@@ -26,13 +86,13 @@ typedef struct gl_backend {
     // dx[i] += dy[i] * act'(x[i])
     void (*act_backward)(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
     // Softmax over C channels at each of S positions (S = 1 for classification, H*W for masks):
-    // logits (N,C,S), labels (N,S) in [0,C), weights (C) or NULL. Returns
+    // logits (N,C,S), labels (N,S) in [0,C) (host), weights (C) (host) or NULL. Returns
     // sum w[y] * nll / sum w[y] over all N*S positions (the mean when unweighted, as PyTorch's
     // CrossEntropyLoss) and writes its gradient into dlogits (N,C,S) unless NULL.
     double (*softmax_xent)(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                            const float *weights, float *dlogits);
-    // Mean squared (LOSS_MSE) or absolute (LOSS_L1) error over count elements; writes the
-    // gradient into dpred unless NULL.
+    // Mean squared (LOSS_MSE) or absolute (LOSS_L1) error over count elements (target: host);
+    // writes the gradient into dpred unless NULL.
     double (*regression_loss)(int kind, int64_t count, const float *pred, const float *target, float *dpred);
     // Sets the number of threads kernels may use.
     void (*set_threads)(int threads);
@@ -138,5 +198,15 @@ typedef struct gl_backend {
 } gl_backend;
 
 const gl_backend *backend_cpu(void);
+
+// The CUDA backend bound to GPU `ordinal` modulo the GPUs this process sees (callers pass the
+// local rank, so CUDA_VISIBLE_DEVICES is honoured). NULL when this binary was built without CUDA,
+// there is no driver or GPU, or cuDNN/cuBLAS cannot be loaded: msg says why. On success msg
+// names the GPU. The first successful call binds the process; later calls return the same table.
+const gl_backend *backend_cuda(int ordinal, char *msg, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

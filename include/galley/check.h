@@ -4,6 +4,13 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus  // the CUDA backend's files are C++
+#define GL_NORETURN [[noreturn]]
+extern "C" {
+#else
+#define GL_NORETURN _Noreturn
+#endif
+
 // Exit codes, documented in the README ("Exit codes"); keep the two in step.
 enum {
     GL_EXIT_OK = 0,       // success
@@ -14,7 +21,7 @@ enum {
 };
 
 // Prints "galley: error: <msg> (file.c:line)\n  hint: <hint>" to stderr and exits with code.
-_Noreturn void gl_die_at(const char *file, int line, int code, const char *hint, const char *fmt, ...)
+GL_NORETURN void gl_die_at(const char *file, int line, int code, const char *hint, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 #define gl_die(code, hint, ...) gl_die_at(__FILE__, __LINE__, (code), (hint), __VA_ARGS__)
@@ -35,5 +42,9 @@ void *gl_xrealloc_at(const char *file, int line, void *p, size_t n);
 #define gl_xcalloc(c, s) gl_xcalloc_at(__FILE__, __LINE__, (c), (s))
 #define gl_xstrdup(s) gl_xstrdup_at(__FILE__, __LINE__, (s))
 #define gl_xrealloc(p, n) gl_xrealloc_at(__FILE__, __LINE__, (p), (n))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,12 +23,9 @@
 
 #define GL_OPTIM_CHUNK 4096
 
-// A stretch of one parameter tensor: the unit of parallel work and of partial sums.
-typedef struct {
-    int64_t offset, len;  // into the parameter block
-    int tensor;           // index into the optimizer's tensors (parameter order, empty ones skipped)
-    bool plain;           // optimizer.exclude_1d and a 1-D tensor: no weight decay, LAMB ratio 1
-} gl_optim_chunk;
+// A stretch of one parameter tensor: the unit of parallel work and of partial sums (backend.h,
+// so a GPU backend can run the update).
+typedef gl_chunk gl_optim_chunk;
 
 typedef struct {
     int type;  // OPT_*

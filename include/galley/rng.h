@@ -5,6 +5,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus  // the CUDA backend's files are C++
+extern "C" {
+#endif
+
 // What a random number is for; part of its key so streams never overlap.
 typedef enum {
     RNG_INIT = 1,      // parameter init: step = layer index, index = element
@@ -22,5 +26,9 @@ float rng_uniform(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index
 float rng_normal(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index);
 // Uniform integer in [0, n), n > 0, without modulo bias worth measuring (64-bit multiply).
 uint64_t rng_below(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index, uint64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

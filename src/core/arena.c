@@ -5,18 +5,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "galley/backend.h"
 #include "galley/check.h"
 
-void arena_init(gl_arena *a, size_t cap) {
+void arena_init(gl_arena *a, size_t cap) { arena_init_for(a, cap, backend_cpu()); }
+
+void arena_init_for(gl_arena *a, size_t cap, const gl_backend *be) {
     cap = arena_round(cap ? cap : GL_ARENA_ALIGN);
-    void *p = NULL;
-    if (posix_memalign(&p, GL_ARENA_ALIGN, cap) != 0 || !p)
+    void *p = be->mem_alloc(cap);  // zeroed; the CPU's touches every page so a short machine fails here
+    if (!p)
         gl_die(GL_EXIT_RUNTIME, "reduce train.batch_size or the model size",
-               "cannot allocate the run's memory arena of %.1f MiB", cap / 1048576.0);
-    memset(p, 0, cap);  // touch it now: a short machine fails here, not mid-run
+               "cannot allocate the run's memory arena of %.1f MiB (%s memory)", cap / 1048576.0,
+               be->device ? "GPU" : "host");
     a->base = p;
     a->cap = cap;
     a->used = 0;
+    a->release = be->mem_free;
 }
 
 void *arena_alloc(gl_arena *a, size_t n) {
@@ -33,7 +37,7 @@ float *arena_floats(gl_arena *a, int64_t n) {
 }
 
 void arena_free(gl_arena *a) {
-    free(a->base);
+    if (a->base) a->release(a->base);
     a->base = NULL;
     a->cap = a->used = 0;
 }

@@ -3,23 +3,14 @@
 
 #include <math.h>
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+#include "galley/rng_mix.h"  // the mixer itself, shared with the CUDA kernels
 
 uint64_t rng_u64(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index) {
-    // Each field passes through the full mixer so nearby keys give unrelated outputs.
-    uint64_t h = mix64(seed);
-    h = mix64(h ^ (0xA0761D6478BD642Full * (uint64_t)purpose));
-    h = mix64(h ^ step);
-    return mix64(h ^ (index * 0xE7037ED1A0B428DBull));
+    return rng_mix_at(rng_mix_key(seed, purpose, step), index);
 }
 
 float rng_uniform(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index) {
-    return (float)(rng_u64(seed, purpose, step, index) >> 40) * (1.0f / 16777216.0f);
+    return rng_mix_uniform(rng_mix_key(seed, purpose, step), index);
 }
 
 float rng_normal(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index) {

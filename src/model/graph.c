@@ -113,17 +113,23 @@ void graph_forward(gl_graph *g, int64_t n, bool train) {
         g->layers[i].reduce = g->reduce;
         g->layers[i].kind->forward(&g->layers[i], g->be, n, train);
     }
+    g->be->sync();  // the caller reads outputs on the host (metrics) next
 }
 
 void graph_backward(gl_graph *g, int64_t n) {
     // Gradients accumulate (a tensor may feed several layers), so clear all but the output's.
     for (int i = 0; i < g->nlayers - 1; i++)
-        memset(g->layers[i].out.grad, 0, sizeof(float) * (size_t)(g->layers[i].out.size * n));
+        g->be->zero(g->layers[i].out.grad, sizeof(float) * (size_t)(g->layers[i].out.size * n));
     for (int i = g->nlayers - 1; i >= 0; i--) {
         layer_t *l = &g->layers[i];
         if (l->kind->backward) l->kind->backward(l, g->be, n);
-        if (g->layer_done) g->layer_done(g->layer_done_ctx, i);
+        // Buckets hand gradients to MPI from the host: they must be complete first.
+        if (g->layer_done) {
+            if (g->be->device) g->be->sync();
+            g->layer_done(g->layer_done_ctx, i);
+        }
     }
+    g->be->sync();  // the optimizer reads the gradients on the host next
 }
 
 gl_tensor *graph_output(gl_graph *g) { return &g->layers[g->nlayers - 1].out; }

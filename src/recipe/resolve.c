@@ -361,6 +361,12 @@ static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
                    "cannot be combined with distributed.deterministic (its parts are computed one after another, "
                    "so no part sees the others' statistics); turn one of them off");
     }
+    if (r->train.profile.stop_step > 0 && r->train.profile.stop_step <= r->train.profile.start_step) {
+        const yt_node *k = node_at(root, "train.profile.stop_step");
+        rctx_error(c, k ? k->mark : root->mark, "train.profile.stop_step",
+                   "must be after train.profile.start_step (%lld): the window is steps [start_step, stop_step)",
+                   (long long)r->train.profile.start_step);
+    }
     if (r->data.synthetic.kind == SYNTH_SHAPES2D && r->data.synthetic.classes > 6) {
         const yt_node *k = node_at(root, "data.synthetic.classes");
         rctx_error(c, k ? k->mark : root->mark, "data.synthetic.classes",

@@ -37,6 +37,7 @@ static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
 static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
+static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const opt_choices[] = {"sgd", "adamw", "lamb", NULL};
 static const char *const unit_choices[] = {"steps", "epochs", NULL};
 static const char *const decay_choices[] = {"constant", "multistep", "cosine", "poly", NULL};
@@ -210,6 +211,15 @@ static const key_spec target_keys[] = {
     KEY_END,
 };
 
+static const key_spec profile_keys[] = {
+    {"start_step", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(train.profile.start_step), NULL,
+     "the first step inside the profiled window (cudaProfilerStart before it)"},
+    {"stop_step", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(train.profile.stop_step), NULL,
+     "the step after the window (cudaProfilerStop before it); 0: no window. Use with `nsys profile "
+     "--capture-range=cudaProfilerApi`"},
+    KEY_END,
+};
+
 static const key_spec train_keys[] = {
     {"steps", KT_INT, KF_DEFAULT, "0", 0, 1e12, NULL, OFF(train.steps), NULL,
      "optimizer steps to run; when > 0 it replaces train.epochs (the start banner says so), e.g. for a "
@@ -219,6 +229,9 @@ static const key_spec train_keys[] = {
     {"batch_size", KT_INT, KF_DEFAULT, "64", 1, 1e8, NULL, OFF(train.batch_size), NULL,
      "samples per optimizer step: the global batch, split across ranks (any number of ranks gives the same "
      "batches); the last, partial batch of an epoch is kept"},
+    {"device", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, device_choices, OFF(train.device), NULL,
+     "where the model trains: auto (the GPU of this rank's local rank when there is one, else the CPU, said "
+     "once), cpu, or cuda (an error when no GPU can be used)"},
     {"threads", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(train.threads), NULL,
      "compute threads; 0 means one per core this process may run on (ranks on one node without a CPU "
      "binding share the node's cores)"},
@@ -238,6 +251,9 @@ static const key_spec train_keys[] = {
     {"time_limit", KT_FLOAT, KF_DEFAULT, "0", 0, 1e9, NULL, OFF(train.time_limit), NULL,
      "seconds of wall time the run may take (0: no limit): galley stops early enough to write a checkpoint "
      "and exits with code 4, so a job ends cleanly before its scheduler limit"},
+    {"profile", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, profile_keys,
+     "a window of steps for a profiler: NVTX ranges (data, forward, backward, allreduce, optimizer, checkpoint) "
+     "are always emitted; this adds cudaProfilerStart/Stop around steps [start_step, stop_step)"},
     {"target", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, target_keys,
      "quality target, checked at each evaluation; training stops when it is reached, and if it is not "
      "reached by the end galley exits with code 3"},

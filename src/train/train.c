@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "galley/arena.h"
+#include "galley/prof.h"
 #include "galley/check.h"
 #include "galley/data.h"
 #include "galley/graph.h"
@@ -129,7 +130,16 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     train_signals_install();  // from here a signal stops the run at its next step (the first, if need be)
     int code = check_split(r, d, err);
     if (code != GL_EXIT_OK) goto early;
-    const gl_backend *be = backend_cpu();
+    char device[640];
+    const gl_backend *be = train_pick_backend(r, d, device, sizeof device, out, err);
+    {
+        double ok = be != NULL;  // every rank learns whether any failed, so none waits alone
+        dist_sum_doubles(d, &ok, 1, "choosing train.device", 0);
+        if (ok < d->world) {
+            code = GL_EXIT_USAGE;
+            goto early;
+        }
+    }
     int threads = train_threads(r);
     // Ranks sharing a node without a CPU binding (srun with task/none, mpirun --bind-to none)
     // would each take every core: give each its share instead.
@@ -227,7 +237,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 
     // Plan every byte of the model first, refuse what cannot fit, then allocate once.
     size_t bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN;
-    if (host && (double)(bytes + loader_bytes) > 0.9 * (double)host) {
+    // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
+    if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
         fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has %.2f "
                      "GiB; reduce train.batch_size, the data set or the model\n",
                 r->file, (bytes + loader_bytes) / 1073741824.0, bytes / 1073741824.0, loader_bytes / 1073741824.0,
@@ -239,7 +250,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         goto early;
     }
     gl_arena arena;
-    arena_init(&arena, bytes);
+    arena_init_for(&arena, bytes, be);
     graph_bind(&g, &arena);
     graph_init_params(&g, (uint64_t)r->seed);
     g.seed = (uint64_t)r->seed;
@@ -284,7 +295,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     out = lg.out;
     err = lg.err;
 
-    gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = "cpu",
+    gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
                        .ranks = d->world, .threads = threads, .precision = "fp32",
                        .global_batch = r->train.batch_size < train.n ? r->train.batch_size : train.n,
                        .local_batch = batch, .parameters = g.nparams, .mflops = (double)g.flops / 1e6,
@@ -379,8 +390,14 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         }
         flags[FLAG_CKPT] = d->rank == 0 && r->checkpoint.every_minutes > 0 &&
                            t0 - t_ckpt >= 60.0 * r->checkpoint.every_minutes;
+        if (prof_window(step, r->train.profile.start_step, r->train.profile.stop_step) && d->rank == 0)
+            fprintf(out, "profiler %s before step %lld (train.profile)\n",
+                    step == r->train.profile.start_step ? "started" : "stopped", (long long)step);
         gl_batch b;
-        if (loader_next(lt, &b, err)) {
+        prof_push("data");
+        int got = loader_next(lt, &b, err);
+        prof_pop();
+        if (got) {
             if (d->world > 1) {
                 fprintf(err, "galley: error: rank %d of %d: a training batch could not be read (above); ending the "
                              "job\n", d->rank, d->world);
@@ -430,7 +447,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             metrics_add_packed(&tm, v);
             metrics_add_packed(&w.m, v);
             // A non-finite gradient norm leaves the weights untouched (optim_step skips it).
+            prof_push("optimizer");
             double norm = optim_step(&opt, &g, lr_at(&lr, step));
+            prof_pop();
             t_now = now_s();
             ph[PHASE_OPTIM] += t_now - t3;
             if (!isfinite(norm)) {
@@ -484,7 +503,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
             ck.train_seconds = seconds_base + (now_s() - t_start);
             double secs;
+            prof_push("checkpoint");
             int rc = train_save(&c, &ck, out, err, &secs);
+            prof_pop();
             ph[PHASE_CKPT] += secs;
             t_ckpt = now_s();
             if (secs > ckpt_s) ckpt_s = secs;
@@ -551,7 +572,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
         ck.train_seconds = seconds_base + (now_s() - t_start);
         double secs;
+        prof_push("checkpoint");
         int rc = train_save(&c, &ck, out, err, &secs);
+        prof_pop();
         ph[PHASE_CKPT] += secs;
         if (rc) code = GL_EXIT_RUNTIME;
         else if (stopped_by) {

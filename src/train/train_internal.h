@@ -55,6 +55,14 @@ int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FIL
 // Copies rank 0's layer state (batch-norm running statistics) to every rank.
 void train_share_state(train_ctx *c, int64_t step);
 
+// ---- device (train_device.c) ----
+
+// The backend for train.device on this rank (auto: its local rank's GPU, else the CPU, said
+// once on out). desc names it for the banner. NULL, with the error printed, when train.device is
+// cuda and no GPU can be used.
+const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, FILE *out,
+                                     FILE *err);
+
 // ---- checkpoints (train_ckpt.c) ----
 
 // Picks what `--resume` names (a file, or "auto": the newest good checkpoint of this run in

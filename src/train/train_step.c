@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "galley/check.h"
+#include "galley/prof.h"
 #include "galley/runlog.h"
 #include "train/train_internal.h"
 
@@ -97,7 +98,7 @@ void train_share_state(train_ctx *c, int64_t step) {
 // Rows [off, off + n) of batch b into the model input; returns the labels/values pointers.
 static void load_rows(train_ctx *c, const gl_batch *b, int64_t off, int64_t n, const int32_t **lab, const float **val) {
     const int64_t size = c->g->input.size, ts = c->loss->tsize;
-    if (n) memcpy(c->g->input.data, b->x + off * size, sizeof(float) * (size_t)(n * size));
+    if (n) c->be->upload(c->g->input.data, b->x + off * size, sizeof(float) * (size_t)(n * size));
     *lab = b->labels ? b->labels + off * ts : NULL;
     *val = b->values ? b->values + off * ts : NULL;
 }
@@ -110,7 +111,9 @@ static double part_forward(train_ctx *c, int64_t n, int64_t global_n, const int3
     double l = 0;
     metrics_reset(&c->lm);
     if (n > 0) {
+        prof_push("forward");
         graph_forward(c->g, n, train);
+        prof_pop();
         l = loss_compute(c->loss, c->be, o, n, lab, val, train ? o->grad : NULL);
         if (train && n != global_n) c->be->scale(n * o->size, (float)n / (float)global_n, o->grad, o->grad);
         metrics_add(&c->lm, o, n, lab, val, l);
@@ -158,10 +161,14 @@ static double step_summed(train_ctx *c, const gl_batch *b, int64_t step, const d
     double loss = finish_vec(c, v, &nonfinite);
     if (nonfinite) return isfinite(loss) ? NAN : loss;
     gradsync_begin(c->sync, step);
+    prof_push("backward");
     if (b->n > 0) graph_backward(g, b->n);
-    else memset(g->grads, 0, sizeof(float) * (size_t)g->nparams);
+    else g->be->zero(g->grads, sizeof(float) * (size_t)g->nparams), g->be->sync();
     c->bwd_s = runlog_now() - t1;
+    prof_pop();
+    prof_push("allreduce");
     c->comm_s += gradsync_finish(c->sync);  // the part backward did not hide
+    prof_pop();
     return loss;
 }
 
@@ -191,7 +198,9 @@ static double step_parts(train_ctx *c, const gl_batch *b, int64_t step, const do
             memset(pg, 0, sizeof(float) * (size_t)np);
         } else if (n > 0) {
             double tb = runlog_now();
+            prof_push("backward");
             graph_backward(g, n);
+            prof_pop();
             c->bwd_s += runlog_now() - tb;
             memcpy(pg, g->grads, sizeof(float) * (size_t)np);
         } else {

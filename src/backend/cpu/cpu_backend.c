@@ -1,6 +1,7 @@
 // cpu_backend.c: the CPU backend's table. BLAS does the GEMM-shaped work on its own threads.
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
@@ -24,14 +25,35 @@ __attribute__((constructor(101))) static void cpu_omp_default_passive(void) {
     setenv("GOMP_SPINCOUNT", "3000", 0);
 }
 
-// OpenBLAS threads run inside sgemm, OpenMP threads in galley's own loops; they never nest.
+// OpenBLAS always runs serially: cpu_gemm.c spreads its calls over galley's OpenMP threads in
+// tiles fixed by the shape, because OpenBLAS's own threading changes results with the count.
+// (Its OpenMP build follows omp_get_max_threads() instead; cpu_gemm.c handles that too.)
 static void cpu_set_threads(int threads) {
-    openblas_set_num_threads(threads);
+    openblas_set_num_threads(1);
     omp_set_num_threads(threads);
 }
 
+// Host memory: the arena is page-aligned (and so aligned for AVX-512) and zeroed.
+static void *cpu_mem_alloc(size_t bytes) {
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return NULL;
+    memset(p, 0, bytes);  // touch it now: a short machine fails here, not mid-run
+    return p;
+}
+static void cpu_mem_free(void *p) { free(p); }
+static void cpu_sync(void) {}  // every kernel has returned when its call does
+static void cpu_zero(void *dst, size_t bytes) { memset(dst, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+
 static const gl_backend cpu = {
     .name = "cpu",
+    .device = 0,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .sync = cpu_sync,
+    .zero = cpu_zero,
+    .upload = cpu_copy,
+    .download = cpu_copy,
     .dense_forward = cpu_dense_forward,
     .dense_backward = cpu_dense_backward,
     .act_forward = cpu_act_forward,

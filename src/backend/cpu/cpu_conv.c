@@ -15,10 +15,9 @@
 // shape back to its input shape (weight [C_in, C_out/G, k...] is that convolution's
 // [F, C/G, k...]), so its forward is conv's dx and its backward is conv's forward and dW.
 //
-// Threads: results do not depend on the thread count. Every GEMM is cut into the same K blocks
-// (GEMM_K_BLOCK) whichever thread runs it, and whether OpenBLAS threads it or not; im2col,
-// col2im and the copies write every output element from one thread in a fixed order.
-#include <cblas.h>
+// Threads: results do not depend on the thread count. Every GEMM is computed in the same tiles
+// whichever thread runs it (cpu_gemm.c); im2col, col2im and the copies write every output element
+// from one thread in a fixed order.
 #include <omp.h>
 #include <stdbool.h>
 #include <string.h>
@@ -66,24 +65,11 @@ static int64_t chunk_samples(const cv_geom *g, int64_t n, int64_t scratch_floats
     return cs < n ? cs : n;
 }
 
-// The longest reduction one sgemm call gets. OpenBLAS's threaded driver cuts K into blocks
-// differently from its single-threaded one once K exceeds its GEMM_Q (320 on AVX-512 CPUs; 128
-// to 768 across the x86-64 CPUs it targets), so the sums, and the results' last bits, would
-// depend on the thread count. A call with K <= 128 is one block either way. (Measured: cutting
-// a dW GEMM with K = 98304 into these blocks costs no visible time.)
-#define GEMM_K_BLOCK 128
-
-// c[M,N] = op(a) . op(b) + beta * c, row-major with leading dimensions; K in fixed blocks.
+// c[M,N] = op(a) . op(b) + beta * c, row-major with leading dimensions (cpu_gemm.c: the same
+// bits at any thread count, inside a per-sample loop's thread or across the threads).
 static void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                  int64_t ldb, float beta, float *c, int64_t ldc) {
-    for (int64_t k0 = 0; k0 < k || k0 == 0; k0 += GEMM_K_BLOCK) {
-        int64_t kb = k - k0 < GEMM_K_BLOCK ? k - k0 : GEMM_K_BLOCK;
-        // op(a) is [M, K]: its column k0 is a + k0, or row k0 when transposed; likewise op(b)'s row k0.
-        const float *ak = a + (ta ? k0 * lda : k0), *bk = b + (tb ? k0 : k0 * ldb);
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
-                    (blasint)n, (blasint)kb, 1.0f, ak, (blasint)lda, bk, (blasint)ldb, k0 ? 1.0f : beta, c,
-                    (blasint)ldc);
-    }
+    cpu_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return a > 0 ? (a + b - 1) / b : 0; }
@@ -304,7 +290,7 @@ static int loop_threads(int64_t items) {
 
 // Whether a loop over `items` samples gives every thread one (their GEMMs then run serially in
 // the threads); else the loop is serial and each sample's GEMM, im2col and col2im use the
-// threads. Either way the same K-blocked GEMM calls run, so the bits are the same.
+// threads. Either way the same GEMM tiles run, so the bits are the same.
 static bool per_sample_threads(int64_t items) { return items >= omp_get_max_threads(); }
 
 // One sample's columns: serially inside a per-sample loop, else with the threads.

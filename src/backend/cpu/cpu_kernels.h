@@ -7,6 +7,10 @@
 
 #include "galley/backend.h"
 
+// c[M, N] = op(a)[M, K] . op(b)[K, N] + beta * c (row-major, leading dimensions lda, ldb, ldc;
+// op transposes when ta/tb). Thread-count independent bit for bit (cpu_gemm.c).
+void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, float beta, float *c, int64_t ldc);
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx);

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include "backend/cuda/cuda_dl.h"
 #include "galley/cuda_probe.h"
 
 extern "C" int cuda_probe(char *buf, size_t len) {
@@ -11,6 +12,9 @@ extern "C" int cuda_probe(char *buf, size_t len) {
     cudaRuntimeGetVersion(&runtime);
     cudaError_t e = cudaDriverGetVersion(&driver);
     k += (size_t)snprintf(buf + k, len - k, "CUDA runtime %d.%d (static)", runtime / 1000, (runtime % 1000) / 10);
+    char libs[256];
+    cuda_dl_versions(libs, sizeof libs);
+    k += (size_t)snprintf(buf + k, len - k, "; loaded at run time: %s", libs);
     if (e != cudaSuccess || driver == 0) {
         snprintf(buf + k, len - k, ", no CUDA driver found");
         return 0;

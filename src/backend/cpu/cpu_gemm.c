@@ -1,0 +1,49 @@
+// cpu_gemm.c: every matrix product of the CPU backend, as serial OpenBLAS calls on fixed tiles.
+//
+// Why not OpenBLAS's own threads: its threaded sgemm computes some elements with other kernels
+// than its serial one (the edge kernels land on other rows when threads split the matrix, and
+// on AMD Zen even a product with K = 48 differs in the last bits between 1 and 2 threads), so
+// results would depend on the thread count. Here the output is cut into tiles whose sizes
+// depend only on the shape; each tile is one serial sgemm; OpenMP threads take whole tiles (or,
+// inside an already parallel loop, the calling thread runs them all). Every element is then
+// computed by the same code whatever the thread count, and K needs no blocking.
+#include <cblas.h>
+#include <omp.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+// Tile length along the split dimension: a power-of-two count of tiles, at most 16, each at
+// least 256 long (the other operand is packed again for every tile, so short tiles cost more
+// than they spread), rounded to 16 (OpenBLAS's register tiles divide it).
+static int64_t tile_len(int64_t len) {
+    int64_t tiles = 1;
+    while (tiles < 16 && len / (2 * tiles) >= 256) tiles *= 2;
+    int64_t t = (len + tiles - 1) / tiles;
+    return (t + 15) / 16 * 16;
+}
+
+void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (m <= 0 || n <= 0) return;
+    // Split the longer side of C: the other operand is packed again per tile, so keep tiles long.
+    const bool by_rows = m >= n;
+    const int64_t tl = tile_len(by_rows ? m : n), tiles = ((by_rows ? m : n) + tl - 1) / tl;
+    const bool par = tiles > 1 && !omp_in_parallel() && (double)m * (double)n * (double)k >= 131072.0;
+    // OpenBLAS's OpenMP build threads a call made outside an active parallel region over
+    // omp_get_max_threads() threads (whatever openblas_set_num_threads said): a serial loop
+    // lowers this task's thread count to 1 around its calls.
+    const int saved = par || omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (saved > 1) omp_set_num_threads(1);
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t t = 0; t < tiles; t++) {
+        const int64_t o = t * tl, len = (by_rows ? m : n) - o < tl ? (by_rows ? m : n) - o : tl;
+        // rows o.. of C take rows o.. of op(a); columns o.. of C take columns o.. of op(b)
+        const float *at = by_rows ? a + (ta ? o : o * lda) : a;
+        const float *bt = by_rows ? b : b + (tb ? o * ldb : o);
+        float *ct = c + (by_rows ? o * ldc : o);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    (blasint)(by_rows ? len : m), (blasint)(by_rows ? n : len), (blasint)k, 1.0f, at, (blasint)lda, bt,
+                    (blasint)ldb, beta, ct, (blasint)ldc);
+    }
+    if (saved > 1) omp_set_num_threads(saved);
+}

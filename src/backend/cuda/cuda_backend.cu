@@ -1,0 +1,222 @@
+// cuda_backend.cu: the CUDA backend's table, its one context, memory and checks.
+//
+// Binding: backend_cuda(ordinal) picks GPU ordinal % visible GPUs (callers pass the local rank;
+// CUDA_VISIBLE_DEVICES narrows what is visible), loads cuDNN and cuBLAS (cuda_dl.cu), and makes
+// one non-blocking stream that every kernel, copy and library call of the run goes to.
+//
+// Memory: the run's arena is CUDA managed memory, zeroed on the GPU so its pages start there.
+// Kernels never fault; host code that reads tensors (metrics, checkpoints, the optimizer for
+// now) waits for sync() first and pulls the pages it touches. That keeps every host-side
+// module unchanged and correct; moving the optimizer and metrics onto the GPU removes the
+// remaining page traffic.
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "galley/check.h"
+
+static cuda_ctx ctx;  // the process's one GPU binding (see cuda_internal.h)
+static int bound;
+
+cuda_ctx *cuda_ctx_get(void) { return &ctx; }
+
+// ---- checks ----------------------------------------------------------------------------------
+
+void cuda_check_rt_at(cudaError_t e, const char *call, const char *file, int line) {
+    if (e == cudaSuccess) return;
+    const char *hint = e == cudaErrorMemoryAllocation ? "reduce train.batch_size or the model size"
+                       : e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure
+                           ? "a kernel fault: rerun with CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer to find it, "
+                             "and please report the recipe"
+                           : "check the GPU with nvidia-smi; set train.device: cpu to train without it";
+    gl_die_at(file, line, GL_EXIT_RUNTIME, hint, "CUDA: %s failed: %s (%s)", call, cudaGetErrorString(e),
+              cudaGetErrorName(e));
+}
+
+void cuda_check_dnn_at(cudnnStatus_t s, const char *call, const char *file, int line) {
+    if (s == CUDNN_STATUS_SUCCESS) return;
+    gl_die_at(file, line, GL_EXIT_RUNTIME,
+              "cuDNN rejected this layer's geometry or ran out of memory; set train.device: cpu to train without it",
+              "cuDNN: %s failed: %s", call, cudnnGetErrorString(s));
+}
+
+void cuda_check_blas_at(cublasStatus_t s, const char *call, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return;
+    gl_die_at(file, line, GL_EXIT_RUNTIME, "set train.device: cpu to train without the GPU", "cuBLAS: %s failed: %s",
+              call, cublasGetStatusString(s));
+}
+
+// ---- scratch that grows ------------------------------------------------------------------------
+
+// Grows *buf to at least bytes of device memory. Waits for the stream first: kernels issued
+// earlier may still read the old buffer.
+static void *grow_device(void **buf, size_t *have, size_t bytes) {
+    if (bytes <= *have && *buf) return *buf;
+    size_t want = bytes + bytes / 4 + 256;
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));
+    if (*buf) CU_CHECK(cudaFree(*buf));
+    *buf = NULL;
+    CU_CHECK(cudaMalloc(buf, want));
+    *have = want;
+    return *buf;
+}
+
+void *cuda_workspace(size_t bytes) { return grow_device(&ctx.work, &ctx.work_bytes, bytes ? bytes : 256); }
+
+void *cuda_stage(const void *host, size_t bytes) {
+    void *d = grow_device(&ctx.stage, &ctx.stage_bytes, bytes ? bytes : 256);
+    if (bytes) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, ctx.stream));
+    return d;
+}
+
+double *cuda_partials(int64_t count, double **host) {
+    if (count > ctx.red_count || !ctx.red) {
+        int64_t want = count < 4096 ? 4096 : count + count / 4;
+        CU_CHECK(cudaStreamSynchronize(ctx.stream));
+        if (ctx.red) CU_CHECK(cudaFree(ctx.red));
+        if (ctx.red_host) CU_CHECK(cudaFreeHost(ctx.red_host));
+        CU_CHECK(cudaMalloc((void **)&ctx.red, sizeof(double) * (size_t)want));
+        CU_CHECK(cudaMallocHost((void **)&ctx.red_host, sizeof(double) * (size_t)want));
+        ctx.red_count = want;
+    }
+    if (host) *host = ctx.red_host;
+    return ctx.red;
+}
+
+// ---- memory entry points -----------------------------------------------------------------------
+
+static void *cu_mem_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocManaged(&p, bytes ? bytes : 256, cudaMemAttachGlobal) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky-free error so the caller's message is the one shown
+        return NULL;
+    }
+    // Zeroed on the GPU, so the pages start in its memory.
+    CU_CHECK(cudaMemsetAsync(p, 0, bytes, ctx.stream));
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));
+    return p;
+}
+
+static void cu_mem_free(void *p) {
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));
+    CU_CHECK(cudaFree(p));
+}
+
+static void cu_sync(void) {
+    CU_CHECK(cudaGetLastError());
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+static void cu_zero(void *dst, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemsetAsync(dst, 0, bytes, ctx.stream));
+}
+
+static void cu_upload(void *dst, const void *src, size_t bytes) {
+    if (bytes) CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream));
+}
+
+static void cu_download(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream));
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));
+}
+
+// Host-side work (data loading, the optimizer for now) still runs on OpenMP threads.
+static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
+
+static const gl_backend cuda_table = {
+    .name = "cuda",
+    .device = 1,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .sync = cu_sync,
+    .zero = cu_zero,
+    .upload = cu_upload,
+    .download = cu_download,
+    .dense_forward = cuda_dense_forward,
+    .dense_backward = cuda_dense_backward,
+    .act_forward = cuda_act_forward,
+    .act_backward = cuda_act_backward,
+    .softmax_xent = cuda_softmax_xent,
+    .regression_loss = cuda_regression_loss,
+    .set_threads = cu_set_threads,
+    .conv_forward = cuda_conv_forward,
+    .conv_backward = cuda_conv_backward,
+    .conv_transpose_forward = cuda_conv_transpose_forward,
+    .conv_transpose_backward = cuda_conv_transpose_backward,
+    .max_pool_forward = cuda_max_pool_forward,
+    .max_pool_backward = cuda_max_pool_backward,
+    .avg_pool_forward = cuda_avg_pool_forward,
+    .avg_pool_backward = cuda_avg_pool_backward,
+    .global_avg_pool_forward = cuda_global_avg_pool_forward,
+    .global_avg_pool_backward = cuda_global_avg_pool_backward,
+    .batch_norm_forward = cuda_batch_norm_forward,
+    .batch_norm_backward = cuda_batch_norm_backward,
+    .layer_norm_forward = cuda_layer_norm_forward,
+    .layer_norm_backward = cuda_layer_norm_backward,
+    .dropout_forward = cuda_dropout_forward,
+    .dropout_backward = cuda_dropout_backward,
+    .scale = cuda_scale,
+    .axpy = cuda_axpy,
+    .copy_rows = cuda_copy_rows,
+    .upsample_forward = cuda_upsample_forward,
+    .upsample_backward = cuda_upsample_backward,
+};
+
+// GALLEY_CUDNN_WORKSPACE_MB caps what one convolution algorithm may use (default: 1/16 of the
+// GPU's memory, at most 2 GiB), like PyTorch's cudnn workspace limit.
+static size_t workspace_limit(const cudaDeviceProp *p) {
+    const char *e = getenv("GALLEY_CUDNN_WORKSPACE_MB");
+    if (e && *e) {
+        char *end;
+        double mb = strtod(e, &end);
+        if (*end == '\0' && mb >= 0) return (size_t)(mb * 1048576.0);
+    }
+    size_t lim = p->totalGlobalMem / 16;
+    return lim > ((size_t)2 << 30) ? ((size_t)2 << 30) : lim;
+}
+
+const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
+    if (bound) {
+        snprintf(msg, len, "GPU %d: %s", ctx.device, ctx.prop.name);
+        return &cuda_table;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        snprintf(msg, len, "no GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device is visible");
+        cudaGetLastError();
+        return NULL;
+    }
+    if (cuda_dl_load(msg, len) != 0) return NULL;
+    ctx.device = (ordinal < 0 ? 0 : ordinal) % count;
+    if ((e = cudaSetDevice(ctx.device)) != cudaSuccess ||
+        (e = cudaGetDeviceProperties(&ctx.prop, ctx.device)) != cudaSuccess) {
+        snprintf(msg, len, "GPU %d: %s", ctx.device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return NULL;
+    }
+    if (!ctx.prop.managedMemory) {
+        snprintf(msg, len, "GPU %d (%s) does not support CUDA managed memory, which the CUDA backend needs",
+                 ctx.device, ctx.prop.name);
+        return NULL;
+    }
+    CU_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    CUDNN_CHECK(cudnnCreate(&ctx.cudnn));
+    CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
+    CUBLAS_CHECK(cublasCreate(&ctx.cublas));
+    CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
+    // fp32 means fp32: no silent TF32 in GEMMs (train.precision will choose it explicitly).
+    CUBLAS_CHECK(cublasSetMathMode(ctx.cublas, CUBLAS_PEDANTIC_MATH));
+    ctx.work_limit = workspace_limit(&ctx.prop);
+    int blas = 0;
+    CUBLAS_CHECK(cublasGetVersion(ctx.cublas, &blas));
+    size_t dnn = cudnnGetVersion();
+    snprintf(msg, len, "GPU %d: %s (sm_%d%d, %.1f GiB), cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", ctx.device,
+             ctx.prop.name, ctx.prop.major, ctx.prop.minor, ctx.prop.totalGlobalMem / 1073741824.0, dnn / 10000,
+             (dnn % 10000) / 100, dnn % 100, blas / 10000, (blas % 10000) / 100, blas % 100);
+    bound = 1;
+    return &cuda_table;
+}

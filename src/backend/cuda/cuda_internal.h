@@ -1,0 +1,127 @@
+// cuda_internal.h: what the CUDA backend's files share.
+//
+// One context per process (cuda_ctx): the GPU this process is bound to, the stream every kernel
+// runs on, the cuDNN and cuBLAS handles on that stream, and a workspace that grows to the
+// largest request (sizes settle in the first step, so the loop does not allocate after it).
+// It is the backend's only state: gl_backend's entry points take no context argument because
+// one process drives one GPU (ranks map to GPUs), so the table reaches it through cuda_ctx_get.
+//
+// Checks: CU_CHECK (runtime), CUDNN_CHECK and CUBLAS_CHECK end the run with file:line, the
+// failing call, the library's message and a hint (exit 1: a runtime failure).
+//
+// Memory: every tensor pointer is CUDA managed memory from the run's arena; losses get labels,
+// class weights and targets in host memory and stage them through cuda_stage.
+#ifndef GALLEY_CUDA_INTERNAL_H
+#define GALLEY_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_dl.h"
+#include "galley/backend.h"
+
+typedef struct {
+    int device;            // CUDA ordinal
+    cudaDeviceProp prop;
+    cudaStream_t stream;   // every kernel, copy, cuDNN and cuBLAS call of the step
+    cudnnHandle_t cudnn;
+    cublasHandle_t cublas;
+    void *work;            // device workspace (cuDNN, reductions)
+    size_t work_bytes;
+    size_t work_limit;     // the most cuDNN algorithms may ask for (bytes)
+    void *stage;           // device copy of host inputs to the losses
+    size_t stage_bytes;
+    double *red;           // device partial sums for losses and norms: red_count doubles
+    int64_t red_count;
+    double *red_host;      // pinned host mirror of red
+} cuda_ctx;
+
+cuda_ctx *cuda_ctx_get(void);
+
+// At least `bytes` of device workspace, valid until the next call (grows, never shrinks).
+void *cuda_workspace(size_t bytes);
+// Copies `bytes` of host memory into the staging buffer (on the stream) and returns its device
+// address, valid until the next cuda_stage call.
+void *cuda_stage(const void *host, size_t bytes);
+// At least `count` device doubles for partial sums, and the pinned host mirror of the same size.
+double *cuda_partials(int64_t count, double **host);
+
+void cuda_check_rt_at(cudaError_t e, const char *call, const char *file, int line);
+void cuda_check_dnn_at(cudnnStatus_t s, const char *call, const char *file, int line);
+void cuda_check_blas_at(cublasStatus_t s, const char *call, const char *file, int line);
+#define CU_CHECK(call) cuda_check_rt_at((call), #call, __FILE__, __LINE__)
+#define CUDNN_CHECK(call) cuda_check_dnn_at((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) cuda_check_blas_at((call), #call, __FILE__, __LINE__)
+// After a kernel launch: reports a bad launch configuration at its line.
+#define CU_LAUNCHED() cuda_check_rt_at(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+// Grid size for one thread per element over n elements with `block` threads a block (capped;
+// kernels loop with a grid stride).
+static inline unsigned cuda_grid(int64_t n, int block) {
+    int64_t g = (n + block - 1) / block;
+    if (g < 1) g = 1;
+    if (g > 65535 * 8) g = 65535 * 8;
+    return (unsigned)g;
+}
+#define GL_BLOCK 256
+
+// ---- kernels: one file per family, in the order of backend.h ----
+// cuda_dense.cu
+void cuda_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
+void cuda_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
+                         float *db, float *dx);
+// cuda_elem.cu
+void cuda_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
+void cuda_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
+void cuda_dropout_forward(int64_t count, float rate, int train, uint64_t seed, uint64_t step, uint64_t base,
+                          const float *x, float *mask, float *y);
+void cuda_dropout_backward(int64_t count, const float *mask, const float *dy, float *dx);
+void cuda_scale(int64_t count, float a, const float *x, float *y);
+void cuda_axpy(int64_t count, float a, const float *x, float *y);
+void cuda_copy_rows(int64_t rows, int64_t len, const float *src, int64_t src_stride, float *dst, int64_t dst_stride,
+                    int accumulate);
+void cuda_upsample_forward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *x, float *y);
+void cuda_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy, float *dx);
+// cuda_loss.cu
+double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
+                         const float *weights, float *dlogits);
+double cuda_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
+// cuda_conv.cu
+void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
+void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                        const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                        const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
+                        int64_t scratch_floats);
+void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                 float *scratch, int64_t scratch_floats);
+void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                  const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                  const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+                                  float *db, float *dx, float *scratch, int64_t scratch_floats);
+// cuda_pool.cu
+void cuda_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
+void cuda_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                            const float *dy, float *dx);
+void cuda_avg_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                           const int s[3], const int p[3], const float *x, float *y);
+void cuda_avg_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                            const int s[3], const int p[3], const float *dy, float *dx);
+void cuda_global_avg_pool_forward(int64_t n, int64_t c, int64_t s, const float *x, float *y);
+void cuda_global_avg_pool_backward(int64_t n, int64_t c, int64_t s, const float *dy, float *dx);
+// cuda_norm.cu
+void cuda_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                             float eps, int train, float momentum, float *running, float *saved, float *y,
+                             const gl_reducer *red);
+void cuda_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
+                              const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red);
+void cuda_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
+                             float *saved, float *y);
+void cuda_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *dy, const float *gamma,
+                              const float *saved, float *dgamma, float *dbeta, float *dx);
+
+#endif

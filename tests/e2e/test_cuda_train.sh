@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The CUDA backend trains like the CPU backend: a few steps of recipes that use every layer kind
+# run on both devices from the same seed, and every logged training loss agrees within
+# 2e-3 relative (fp32: only summation order differs; dropout masks are bitwise the same).
+# Needs a GPU: skipped (exit 77) where `galley info` lists none.
+set -euo pipefail
+# shellcheck source=tests/e2e/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+need_galley
+[[ $GALLEY_HAVE_CUDA == 1 ]] || skip "built without CUDA"
+run "$GALLEY" info
+grep -qE '^  GPUs: +[1-9]' <<<"$OUT" || skip "no GPU: $(grep -E '^  GPUs:' <<<"$OUT")"
+
+cd "$GL_TMP"
+common=(train.target.metric=none train.target.above=null train.target.below=null log.every=1 log.files=false
+    checkpoint.at_end=false train.threads=2)
+# recipe | overrides: small sizes; together they use dense, conv (2D, 3D, strided, same), transposed
+# conv, pools, batch norm, layer norm, dropout, concat, residual add, upsampling and both losses
+cases=(
+    "$GALLEY_SRC/recipes/quickstart.yaml|train.steps=6"
+    "$GALLEY_SRC/tests/recipes/dist/conv_bn_dropout.yaml|train.steps=6"
+    "$GALLEY_SRC/recipes/resnet18.yaml|data.synthetic.train_size=32 data.synthetic.val_size=16 train.batch_size=16 train.steps=4 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/deepcam-unet.yaml|data.synthetic.size=32 data.synthetic.train_size=16 data.synthetic.val_size=8 train.batch_size=8 train.steps=4 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/cosmoflow.yaml|data.synthetic.size=32 data.synthetic.train_size=16 data.synthetic.val_size=8 train.batch_size=8 train.steps=4 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/unet3d.yaml|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=3 optimizer.schedule.warmup=0"
+)
+losses() { grep -E '^step ' <<<"$1" | sed -E 's/.*\)  loss ([0-9.eE+-]+|nan|inf).*/\1/'; }
+for c in "${cases[@]}"; do
+    recipe=${c%%|*}
+    name=$(basename "$recipe" .yaml)
+    read -r -a ov <<<"${c#*|}"
+    run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cpu
+    [[ $RC == 0 ]] || { show_run; fail "$name on the CPU: exit $RC"; }
+    cpu=$(losses "$OUT")
+    run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cuda
+    [[ $RC == 0 ]] || { show_run; fail "$name on the GPU: exit $RC"; }
+    grep -q 'device cuda' <<<"$OUT" || { show_run; fail "$name: the banner does not name the cuda device"; }
+    gpu=$(losses "$OUT")
+    [[ -n $cpu && $(wc -l <<<"$cpu") == $(wc -l <<<"$gpu") ]] || fail "$name: logged steps differ: cpu [$cpu] gpu [$gpu]"
+    paste <(echo "$cpu") <(echo "$gpu") | awk -v n="$name" '
+        { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1) + 0; if (r > worst) worst = r
+          if (r > 2e-3) { printf "%s: step %d: cpu loss %s, gpu loss %s (rel %.2e)\n", n, NR, $1, $2, r; bad = 1 } }
+        END { printf "[test_cuda_train] %s: %d steps, worst relative loss difference %.2e\n", n, NR, worst; exit bad }' ||
+        fail "$name: CPU and GPU losses differ"
+done
+info "ok"

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: everything that needs a GPU, in one call of a few minutes (a GPU machine is lent
+# rarely and briefly, with no network). Run from the repository root:
+#
+#   bash tests/gpu/run.sh [OUT_DIR]        (OUT_DIR default: $OUT, else build/gpu-run)
+#
+#   1. the machine: nvidia-smi, `galley info`;
+#   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
+#      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
+#   3. tests: unit/test_cuda_ops (every kernel against the CPU backend) and e2e/test_cuda_train
+#      (every layer kind: training losses on the GPU against the CPU);
+#   4. the benchmark: tests/bench/gpu/run.sh (galley against PyTorch where PyTorch is installed).
+# Each part has its own time limit; the whole run stays under 8 minutes. Everything is logged to
+# OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+OUT_DIR=${1:-${OUT:-$ROOT/build/gpu-run}}
+mkdir -p "$OUT_DIR"
+LOG=$OUT_DIR/gpu-run.log
+exec > >(tee "$LOG") 2>&1
+T0=$SECONDS
+say() { echo "== [$((SECONDS - T0)) s] $*"; }
+status=0
+
+say "1. machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || say "nvidia-smi failed"
+GALLEY=""
+for g in "$ROOT/build/galley" "$ROOT/build-gpu/galley"; do
+    if [[ -x $g ]] && grep -q '^cuda=1$' "$(dirname "$g")/galley-build-info.txt" 2>/dev/null; then GALLEY=$g; break; fi
+done
+
+say "2. build"
+if [[ -z $GALLEY ]]; then
+    if command -v cmake >/dev/null && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
+        timeout 240 cmake -S "$ROOT" -B "$ROOT/build-gpu" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
+            >"$OUT_DIR/build.log" 2>&1 &&
+            timeout 240 cmake --build "$ROOT/build-gpu" -j"$(nproc)" >>"$OUT_DIR/build.log" 2>&1 &&
+            GALLEY=$ROOT/build-gpu/galley
+        [[ -n $GALLEY ]] || { tail -20 "$OUT_DIR/build.log"; say "build failed"; exit 1; }
+    else
+        say "no carried CUDA build and no toolchain to build one"; exit 1
+    fi
+fi
+BUILD=$(dirname "$GALLEY")
+say "galley: $GALLEY"
+"$GALLEY" info 2>&1 | sed 's/^/   /'
+
+say "3a. unit/test_cuda_ops"
+if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
+    (cd "$BUILD/tests/unit" && timeout 120 ./test_cuda_ops)
+    rc=$?
+    say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')"
+    [[ $rc == 0 ]] || status=1
+else
+    say "test_cuda_ops not built"; status=1
+fi
+
+say "3b. e2e/test_cuda_train"
+GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout 180 bash "$ROOT/tests/e2e/test_cuda_train.sh"
+rc=$?
+say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')"
+[[ $rc == 0 ]] || status=1
+
+say "4. benchmark"
+left=$((470 - (SECONDS - T0)))
+if [[ -f $ROOT/tests/bench/gpu/run.sh && $left -gt 60 ]]; then
+    GALLEY=$GALLEY BENCH_SECONDS=$left timeout "$left" bash "$ROOT/tests/bench/gpu/run.sh" "$OUT_DIR/gpu-bench.md"
+    say "benchmark: exit $?"
+else
+    say "benchmark skipped ($left s left)"
+fi
+say "done: $([[ $status == 0 ]] && echo 'every GPU test passed' || echo 'a GPU test FAILED') in $((SECONDS - T0)) s"
+exit $status
