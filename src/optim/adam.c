@@ -12,27 +12,30 @@
 
 #include "optim/optim_internal.h"
 
-// Bias corrections for step t, as PyTorch computes them (step_size = lr / bc1, sqrt(bc2)).
-typedef struct {
-    float b1, b2, one_b1, one_b2, eps, inv_bc1, inv_sqrt_bc2;
-} moments;
-
-static moments moments_at(const gl_optim *o, int64_t t) {
+// Bias corrections for step t, as PyTorch computes them (step_size = lr / bc1, sqrt(bc2)), and
+// AdamW's decay factor: the one place these scalars are computed, for the CPU and a GPU alike.
+void adam_args(const gl_optim *o, double lr, int64_t t, gl_optim_args *a) {
     double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
-    return (moments){.b1 = (float)o->beta1, .b2 = (float)o->beta2, .one_b1 = (float)(1.0 - o->beta1),
-                     .one_b2 = (float)(1.0 - o->beta2), .eps = (float)o->eps, .inv_bc1 = (float)(1.0 / bc1),
-                     .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2))};
+    a->b1 = (float)o->beta1;
+    a->b2 = (float)o->beta2;
+    a->one_b1 = (float)(1.0 - o->beta1);
+    a->one_b2 = (float)(1.0 - o->beta2);
+    a->eps = (float)o->eps;
+    a->inv_bc1 = (float)(1.0 / bc1);
+    a->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    a->decayed = (float)(1.0 - lr * o->weight_decay);
 }
 
 // m_hat / (sqrt(v_hat) + eps) from the updated moments.
-static inline float adam_direction(const moments *k, float m, float v) {
+static inline float adam_direction(const gl_optim_args *k, float m, float v) {
     return (m * k->inv_bc1) / (sqrtf(v) * k->inv_sqrt_bc2 + k->eps);
 }
 
 // w, g, o->m, o->v are (n)
-void adamw_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t) {
-    const moments k = moments_at(o, t);
-    const float step = (float)lr, decayed = (float)(1.0 - lr * o->weight_decay);
+void adamw_update(gl_optim *o, const gl_optim_args *a, float *w, float *g) {
+    const gl_optim_args k = *a;  // a local copy: stores to w, g, m, v cannot alias it
+    const float step = k.lr, decayed = k.decayed, coef = k.coef;
+    const bool clip = k.clip;
     float *m = o->m, *v = o->v;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel for schedule(static)
@@ -50,12 +53,25 @@ void adamw_update(gl_optim *o, float *w, float *g, bool clip, float coef, double
     }
 }
 
+void lamb_ratios(gl_optim *o, const double *wsq, const double *usq) {
+    const gl_optim_chunk *ch = o->chunks;
+    // Chunks of a tensor are consecutive: sum them in order, then one ratio per tensor.
+    for (int c = 0; c < o->nchunks;) {
+        int tensor = ch[c].tensor;
+        double sw = 0.0, su = 0.0;
+        for (; c < o->nchunks && ch[c].tensor == tensor; c++) sw += wsq[c], su += usq[c];
+        double wn = sqrt(sw), un = sqrt(su);
+        o->ratio[tensor] = (wn > 0.0 && un > 0.0 && !ch[c - 1].plain) ? wn / un : 1.0;
+    }
+}
+
 // w, g, o->m, o->v are (n). Three passes over the chunks: moments and the per-chunk sums of
 // w^2 and u^2; the per-tensor ratios (serially, in chunk order); the update, recomputing u
 // from the stored moments with the same arithmetic (nothing else to store).
-void lamb_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t) {
-    const moments k = moments_at(o, t);
-    const float wd = (float)o->weight_decay;
+void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
+    const gl_optim_args k = *a;
+    const float wd = k.weight_decay, coef = k.coef;
+    const bool clip = k.clip;
     float *m = o->m, *v = o->v;
     double *wsq = o->partial + o->nchunks, *usq = o->partial + 2 * o->nchunks;
     const gl_optim_chunk *ch = o->chunks;
@@ -76,14 +92,7 @@ void lamb_update(gl_optim *o, float *w, float *g, bool clip, float coef, double 
         wsq[c] = sw;
         usq[c] = su;
     }
-    // Chunks of a tensor are consecutive: sum them in order, then one ratio per tensor.
-    for (int c = 0; c < o->nchunks;) {
-        int tensor = ch[c].tensor;
-        double sw = 0.0, su = 0.0;
-        for (; c < o->nchunks && ch[c].tensor == tensor; c++) sw += wsq[c], su += usq[c];
-        double wn = sqrt(sw), un = sqrt(su);
-        o->ratio[tensor] = (wn > 0.0 && un > 0.0 && !ch[c - 1].plain) ? wn / un : 1.0;
-    }
+    lamb_ratios(o, wsq, usq);
     const double *ratio = o->ratio;
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < o->nchunks; c++) {

@@ -1,8 +1,9 @@
 // optim.c: optimizer state, the global gradient norm and clipping; the update rules live in
-// sgd.c and adam.c.
+// sgd.c and adam.c (CPU) or behind the backend's optim_update (a GPU's, backend.h).
 #include <math.h>
 #include <string.h>
 
+#include "galley/backend.h"
 #include "galley/check.h"
 #include "optim/optim_internal.h"
 
@@ -74,28 +75,69 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
         }
 }
 
-// ||g||: squares summed in double within each chunk (in parallel), then over chunks in order.
-static double grad_norm(gl_optim *o, const float *g) {
+// Whether the update runs on the backend's device (backend.h: chunk_sumsq, optim_update). A
+// device backend without them leaves the loops below to touch its (managed) memory from the host.
+static bool on_device(const gl_backend *be) { return be && be->device && be->chunk_sumsq && be->optim_update; }
+
+// ||g||: squares summed in double within each chunk (in parallel, on the CPU or the device),
+// then over chunks in order on the host.
+static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
     double *part = o->partial;
     const gl_optim_chunk *ch = o->chunks;
+    if (on_device(be)) {
+        if (o->nchunks > 0) be->chunk_sumsq(o->nchunks, ch, g, part);
+    } else {
 #pragma omp parallel for schedule(static)
-    for (int c = 0; c < o->nchunks; c++) {
-        // Double lanes (simd: a fixed lane order, so still thread-count independent), then the
-        // chunks in order.
-        const float *x = g + ch[c].offset;
-        double s = 0.0;
+        for (int c = 0; c < o->nchunks; c++) {
+            // Double lanes (simd: a fixed lane order, so still thread-count independent), then the
+            // chunks in order.
+            const float *x = g + ch[c].offset;
+            double s = 0.0;
 #pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < ch[c].len; i++) s += (double)x[i] * (double)x[i];
-        part[c] = s;
+            for (int64_t i = 0; i < ch[c].len; i++) s += (double)x[i] * (double)x[i];
+            part[c] = s;
+        }
     }
     double total = 0.0;
     for (int c = 0; c < o->nchunks; c++) total += part[c];
     return sqrt(total);
 }
 
+// The update's scalars: float copies of the hyper-parameters and, for the Adam family, the
+// bias corrections of step t (adam.c).
+static gl_optim_args optim_args(const gl_optim *o, bool clip, float coef, double lr, int64_t t) {
+    gl_optim_args a = {.rule = o->type,
+                       .clip = clip,
+                       .coef = coef,
+                       .lr = (float)lr,
+                       .momentum = (float)o->momentum,
+                       .weight_decay = (float)o->weight_decay,
+                       .nesterov = o->nesterov};
+    if (o->type != OPT_SGD) adam_args(o, lr, t, &a);
+    return a;
+}
+
+// The update on the device. LAMB: phase 1 (moments, per-chunk sums of w^2 and u^2 into
+// partial[nchunks, 3 nchunks), as the CPU lays them out), the ratios on the host exactly as the
+// CPU computes them, phase 2. Ends with sync, so host code that reads the parameters or the
+// state next (checkpoints) sees the update, as it does after the CPU's loops.
+static void device_update(gl_optim *o, const gl_backend *be, const gl_optim_args *a, gl_graph *g) {
+    if (o->nchunks == 0) return;
+    float *s0 = o->type == OPT_SGD ? o->velocity : o->m;
+    if (o->type == OPT_LAMB) {
+        double *sums = o->partial + o->nchunks;
+        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, sums, NULL);
+        lamb_ratios(o, sums, sums + o->nchunks);
+        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, NULL, o->ratio);
+    } else {
+        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, NULL, NULL);
+    }
+    be->sync();
+}
+
 double optim_step(gl_optim *o, gl_graph *g, double lr) {
     GL_CHECK(g->nparams == o->n, "optimizer built for another graph");
-    double norm = grad_norm(o, g->grads);
+    double norm = grad_norm(o, g->be, g->grads);
     if (!isfinite(norm)) return norm;
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when below 1
     // (PyTorch multiplies by min(coef, 1), which is the same).
@@ -103,11 +145,16 @@ double optim_step(gl_optim *o, gl_graph *g, double lr) {
     bool clip = coef < 1.0;
     o->last_scale = clip ? (double)(float)coef : 1.0;
     int64_t t = o->steps + 1;
-    switch (o->type) {
-    case OPT_SGD: sgd_update(o, g->params, g->grads, clip, (float)coef, lr); break;
-    case OPT_ADAMW: adamw_update(o, g->params, g->grads, clip, (float)coef, lr, t); break;
-    case OPT_LAMB: lamb_update(o, g->params, g->grads, clip, (float)coef, lr, t); break;
-    default: GL_CHECK(0, "unknown optimizer type");
+    GL_CHECK(o->type == OPT_SGD || o->type == OPT_ADAMW || o->type == OPT_LAMB, "unknown optimizer type");
+    const gl_optim_args a = optim_args(o, clip, (float)coef, lr, t);
+    if (on_device(g->be)) {
+        device_update(o, g->be, &a, g);
+    } else {
+        switch (o->type) {
+        case OPT_SGD: sgd_update(o, &a, g->params, g->grads); break;
+        case OPT_ADAMW: adamw_update(o, &a, g->params, g->grads); break;
+        default: lamb_update(o, &a, lr, g->params, g->grads); break;
+        }
     }
     o->steps = t;
     return norm;

@@ -1,15 +1,26 @@
-// optim_internal.h: the per-rule update kernels optim.c dispatches to. Each runs over o->chunks
-// in parallel; g is the gradient block, already known to have a finite norm; when clip is set
-// every gradient is first multiplied by coef and written back (as clip_grad_norm_ does).
+// optim_internal.h: the per-rule update kernels optim.c dispatches to on the CPU, and the pieces
+// it shares with a GPU backend's update (backend.h: chunk_sumsq, optim_update). Each kernel runs
+// over o->chunks in parallel; g is the gradient block, already known to have a finite norm; when
+// a->clip is set every gradient is first multiplied by a->coef and written back (as
+// clip_grad_norm_ does). Both paths take their scalars from one gl_optim_args, so the CPU and the
+// GPU compute with the same floats.
 #ifndef GALLEY_OPTIM_INTERNAL_H
 #define GALLEY_OPTIM_INTERNAL_H
 
 #include "galley/optim.h"
 
+// adam.c: a->b1 .. a->inv_sqrt_bc2 (bias corrections of the 1-based step t) and a->decayed
+// for learning rate lr.
+void adam_args(const gl_optim *o, double lr, int64_t t, gl_optim_args *a);
+// adam.c: o->ratio[tensor] = ||W|| / ||U|| (1 when either is 0 or the tensor is plain) from the
+// per-chunk sums wsq[c] of w^2 and usq[c] of u^2, added per tensor in chunk order.
+void lamb_ratios(gl_optim *o, const double *wsq, const double *usq);
+
 // w, g, o->velocity are (n)
-void sgd_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr);
-// w, g, o->m, o->v are (n); t is the 1-based step for bias correction
-void adamw_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t);
-void lamb_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr, int64_t t);
+void sgd_update(gl_optim *o, const gl_optim_args *a, float *w, float *g);
+// w, g, o->m, o->v are (n)
+void adamw_update(gl_optim *o, const gl_optim_args *a, float *w, float *g);
+// lr: the double learning rate (each tensor's step is lr * ratio, rounded once)
+void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g);
 
 #endif

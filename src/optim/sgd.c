@@ -8,9 +8,10 @@
 
 // w, g, o->velocity are (n). The branches are hoisted out of the element loops so they
 // vectorise; the arithmetic per element is the same in every variant.
-void sgd_update(gl_optim *o, float *w, float *g, bool clip, float coef, double lr) {
-    const float m = (float)o->momentum, wd = (float)o->weight_decay, step = (float)lr;
-    const bool nesterov = o->nesterov;
+void sgd_update(gl_optim *o, const gl_optim_args *a, float *w, float *g) {
+    // Locals: stores to g and w could otherwise alias *a and stop the loops vectorising.
+    const float m = a->momentum, wd = a->weight_decay, step = a->lr, coef = a->coef;
+    const bool nesterov = a->nesterov, clip = a->clip;
     float *vel = o->velocity;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel for schedule(static)

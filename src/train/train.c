@@ -130,8 +130,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     train_signals_install();  // from here a signal stops the run at its next step (the first, if need be)
     int code = check_split(r, d, err);
     if (code != GL_EXIT_OK) goto early;
-    char device[640];
-    const gl_backend *be = train_pick_backend(r, d, device, sizeof device, out, err);
+    char device[640], device_note[640];
+    const gl_backend *be = train_pick_backend(r, d, device, sizeof device, device_note, sizeof device_note, err);
     {
         double ok = be != NULL;  // every rank learns whether any failed, so none waits alone
         dist_sum_doubles(d, &ok, 1, "choosing train.device", 0);
@@ -294,6 +294,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     snprintf(res->run_dir, sizeof res->run_dir, "%s", lg.dir);
     out = lg.out;
     err = lg.err;
+    if (device_note[0]) fputs(device_note, out);
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
                        .ranks = d->world, .threads = threads, .precision = "fp32",

@@ -18,8 +18,9 @@ int prof_window(int64_t step, int64_t start_step, int64_t stop_step) {
 }
 #endif
 
-const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, FILE *out,
-                                     FILE *err) {
+const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
+                                     size_t note_len, FILE *err) {
+    note[0] = '\0';
     if (r->train.device == DEVICE_CPU) {
         snprintf(desc, len, "cpu");
         return backend_cpu();
@@ -38,7 +39,7 @@ const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *
                      "(or cpu) to train on the CPU\n", r->file, who, msg);
         return NULL;
     }
-    if (d->rank == 0) fprintf(out, "galley: no GPU to use (%s): training on the CPU\n", msg);
+    if (d->rank == 0) snprintf(note, note_len, "galley: no GPU to use (%s): training on the CPU\n", msg);
     snprintf(desc, len, "cpu");
     return backend_cpu();
 }

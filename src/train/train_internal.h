@@ -57,11 +57,12 @@ void train_share_state(train_ctx *c, int64_t step);
 
 // ---- device (train_device.c) ----
 
-// The backend for train.device on this rank (auto: its local rank's GPU, else the CPU, said
-// once on out). desc names it for the banner. NULL, with the error printed, when train.device is
-// cuda and no GPU can be used.
-const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, FILE *out,
-                                     FILE *err);
+// The backend for train.device on this rank (auto: its local rank's GPU, else the CPU). desc
+// names it for the banner; note gets the line that says why auto chose the CPU (rank 0 only,
+// else empty), printed once the run log is open. NULL, with the error printed, when
+// train.device is cuda and no GPU can be used.
+const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
+                                     size_t note_len, FILE *err);
 
 // ---- checkpoints (train_ckpt.c) ----
 

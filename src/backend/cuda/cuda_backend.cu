@@ -5,10 +5,9 @@
 // one non-blocking stream that every kernel, copy and library call of the run goes to.
 //
 // Memory: the run's arena is CUDA managed memory, zeroed on the GPU so its pages start there.
-// Kernels never fault; host code that reads tensors (metrics, checkpoints, the optimizer for
-// now) waits for sync() first and pulls the pages it touches. That keeps every host-side
-// module unchanged and correct; moving the optimizer and metrics onto the GPU removes the
-// remaining page traffic.
+// Kernels never fault; host code that reads tensors (metrics, checkpoints) waits for sync()
+// first and pulls the pages it touches. The optimizer runs on the GPU (cuda_optim.cu), so
+// parameters, gradients and moments stay there; moving metrics onto the GPU is what remains.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +122,7 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
     CU_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
-// Host-side work (data loading, the optimizer for now) still runs on OpenMP threads.
+// Host-side work (data loading, metrics) still runs on OpenMP threads.
 static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
 
 static const gl_backend cuda_table = {
@@ -135,6 +134,8 @@ static const gl_backend cuda_table = {
     .zero = cu_zero,
     .upload = cu_upload,
     .download = cu_download,
+    .chunk_sumsq = cuda_chunk_sumsq,
+    .optim_update = cuda_optim_update,
     .dense_forward = cuda_dense_forward,
     .dense_backward = cuda_dense_backward,
     .act_forward = cuda_act_forward,

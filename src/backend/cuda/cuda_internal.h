@@ -82,6 +82,10 @@ void cuda_copy_rows(int64_t rows, int64_t len, const float *src, int64_t src_str
                     int accumulate);
 void cuda_upsample_forward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *x, float *y);
 void cuda_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy, float *dx);
+// cuda_optim.cu
+void cuda_chunk_sumsq(int nchunks, const gl_chunk *chunks, const float *x, double *part);
+void cuda_optim_update(int nchunks, const gl_chunk *chunks, const gl_optim_args *a, float *w, float *g, float *s0,
+                       float *s1, double *part, const double *ratio);
 // cuda_loss.cu
 double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                          const float *weights, float *dlogits);
