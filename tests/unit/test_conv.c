@@ -6,6 +6,7 @@
 #include "testlib.h"
 
 #include <stdint.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
@@ -581,6 +582,227 @@ static void test_conv_results_do_not_depend_on_threads(void **state) {
     backend_cpu()->set_threads(2);
 }
 
+// ---- the fast kernels' order of summation -------------------------------------------------------
+//
+// cpu_conv_fast.c promises the same bits on its AVX-512 and AVX2 paths (and at any thread count):
+// each output is its bias (0 without; dx: its old value), then one fmaf per tap in (channel, kz,
+// ky, kx) order, taps in the padding adding w * 0; dW starts at 0 and takes one fmaf per sample
+// and position, in order; db sums in 32 double lanes and a fixed tree. These scalar models of
+// that order must match bit for bit on whichever path the machine has, so both paths match each
+// other. Every buffer ends (or starts) at a page no one may read, which also proves that no
+// vector reads past them.
+
+// A buffer of n floats in its own mapping, with an inaccessible page right after it (at_start:
+// right before it).
+typedef struct {
+    void *map;
+    size_t len;
+} guard_map;
+
+static float *guarded(size_t n, int at_start, guard_map *gm) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(float) + page - 1) / page * page;
+    gm->len = bytes + 2 * page;
+    char *m = mmap(NULL, gm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    gm->map = m;
+    assert_int_equal(mprotect(m, page, PROT_NONE), 0);
+    assert_int_equal(mprotect(m + page + bytes, page, PROT_NONE), 0);
+    return (float *)(at_start ? m + page : m + page + bytes - n * sizeof(float));
+}
+
+typedef struct {
+    int64_t c, f, in[3], k[3], d[3], p[3];
+} fast_case;
+
+// The input element a tap reads (0 in the padding): map (c, in) at output position o (out) and
+// tap (kz, ky, kx), padding p before.
+static float tap_value(const float *map, const int64_t in[3], const int64_t o[3], const int64_t t[3],
+                       const int64_t d[3], const int64_t p[3]) {
+    int64_t i[3];
+    for (int j = 0; j < 3; j++) {
+        i[j] = o[j] - p[j] + t[j] * d[j];
+        if (i[j] < 0 || i[j] >= in[j]) return 0.0f;
+    }
+    return map[(i[0] * in[1] + i[1]) * in[2] + i[2]];
+}
+
+// y (n, f, out) = the fmaf chain over (c, t) of w (f, c, taps) and x (n, c, in), from init
+// (b[o], or 0 without b; y's own value when acc). flip: the weight of tap t is w[...][taps-1-t]
+// and w is (c, f, taps) (the input gradient's kernel).
+static void fast_model_conv(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                            const float *w, const float *b, int acc, int flip, float *y) {
+    int64_t taps = k[0] * k[1] * k[2], in_pos = in[0] * in[1] * in[2], out_pos = out[0] * out[1] * out[2];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t fo = 0; fo < f; fo++)
+            for (int64_t q = 0; q < out_pos; q++) {
+                int64_t o[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]};
+                float *yp = y + (s * f + fo) * out_pos + q, a = acc ? *yp : b ? b[fo] : 0.0f;
+                for (int64_t ci = 0; ci < c; ci++)
+                    for (int64_t t = 0; t < taps; t++) {
+                        int64_t tt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
+                        float v = tap_value(x + (s * c + ci) * in_pos, in, o, tt, d, p);
+                        float wt = flip ? w[(ci * f + fo) * taps + taps - 1 - t] : w[(fo * c + ci) * taps + t];
+                        a = fmaf(wt, v, a);
+                    }
+                *yp = a;
+            }
+}
+
+// dw (f, c, taps) = the fmaf chain over samples, then positions, of x's tap value times dy.
+static void fast_model_dw(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                          const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                          const float *dy, float *dw) {
+    int64_t taps = k[0] * k[1] * k[2], in_pos = in[0] * in[1] * in[2], out_pos = out[0] * out[1] * out[2];
+    for (int64_t fo = 0; fo < f; fo++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t t = 0; t < taps; t++) {
+                int64_t tt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
+                float a = 0.0f;
+                for (int64_t s = 0; s < n; s++)
+                    for (int64_t q = 0; q < out_pos; q++) {
+                        int64_t o[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]};
+                        float v = tap_value(x + (s * c + ci) * in_pos, in, o, tt, d, p);
+                        a = fmaf(v, dy[(s * f + fo) * out_pos + q], a);
+                    }
+                dw[(fo * c + ci) * taps + t] = a;
+            }
+}
+
+// db (ch) from dy (n, ch, P): per sample, element i of each block of 32 goes to lane i (a tail
+// under 32 to lanes 0-7, 8 at a time, lanes past P adding 0); then lanes l + 8j (j = 0..3) as
+// (l + (l+8)) + ((l+16) + (l+24)), and those 8 as ((0+4) + (2+6)) + ((1+5) + (3+7)).
+static void fast_model_db(int64_t n, int64_t ch, int64_t P, const float *dy, float *db) {
+    for (int64_t c = 0; c < ch; c++) {
+        double lane[32] = {0}, e[8];
+        for (int64_t s = 0; s < n; s++) {
+            const float *row = dy + (s * ch + c) * P;
+            int64_t i = 0;
+            for (; i + 32 <= P; i += 32)
+                for (int l = 0; l < 32; l++) lane[l] += row[i + l];
+            for (; i < P; i += 8)
+                for (int l = 0; l < 8; l++) lane[l] += i + l < P ? row[i + l] : 0.0;
+        }
+        for (int l = 0; l < 8; l++) e[l] = (lane[l] + lane[l + 8]) + (lane[l + 16] + lane[l + 24]);
+        db[c] = (float)(((e[0] + e[4]) + (e[2] + e[6])) + ((e[1] + e[5]) + (e[3] + e[7])));
+    }
+}
+
+static void expect_same_bits(const char *what, const char *which, const float *got, const float *want, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            fail_msg("%s: %s[%lld] = %a, the documented order gives %a", what, which, (long long)i, got[i], want[i]);
+}
+
+// One case through the four fast kernels at 1, 2 and 3 threads, buffers against guard pages.
+static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
+    char what[200];
+    int64_t out[3], pf[3], in_pos = 1, out_pos = 1, taps = 1;
+    for (int j = 0; j < 3; j++) {
+        out[j] = fc->in[j] + 2 * fc->p[j] - (fc->k[j] - 1) * fc->d[j];
+        pf[j] = (fc->k[j] - 1) * fc->d[j] - fc->p[j];
+        in_pos *= fc->in[j], out_pos *= out[j], taps *= fc->k[j];
+    }
+    snprintf(what, sizeof what, "fast c=%lld f=%lld in=[%lld,%lld,%lld] k=[%lld,%lld,%lld] d=%lld p=%lld n=%lld%s",
+             (long long)fc->c, (long long)fc->f, (long long)fc->in[0], (long long)fc->in[1], (long long)fc->in[2],
+             (long long)fc->k[0], (long long)fc->k[1], (long long)fc->k[2], (long long)fc->d[2],
+             (long long)fc->p[2], (long long)n, at_start ? " (guards before)" : "");
+    const int64_t c = fc->c, f = fc->f, nx = n * c * in_pos, ny = n * f * out_pos, nw = f * c * taps;
+    // Scratch for 3 threads of every kernel: packed weights and panels (forward: kk = c * taps,
+    // input gradient: kk = f * taps), or dW transposed and a panel and dy transposed per thread.
+    int64_t kf = c * taps, kb = f * taps, kfp = (kf + 7) / 8 * 8, r8 = 8;
+    int64_t sf = (f + r8 - 1) / r8 * r8 * kf + 3 * kf * 32;
+    int64_t sb = (c + r8 - 1) / r8 * r8 * kb + 3 * kb * 32, sw = kfp * f + 3 * (kfp * 32 + 32 * f);
+    int64_t ns = sf > sb ? sf : sb;
+    ns = ns > sw ? ns : sw;
+    guard_map gm[9];
+    float *x = guarded((size_t)nx, at_start, &gm[0]), *w = guarded((size_t)nw, at_start, &gm[1]);
+    float *b = guarded((size_t)f, at_start, &gm[2]), *dy = guarded((size_t)ny, at_start, &gm[3]);
+    float *y = guarded((size_t)ny, at_start, &gm[4]), *dx = guarded((size_t)nx, at_start, &gm[5]);
+    float *dw = guarded((size_t)nw, at_start, &gm[6]), *db = guarded((size_t)f, at_start, &gm[7]);
+    float *scratch = guarded((size_t)ns, at_start, &gm[8]);
+    float *ry = xmalloc(sizeof(float) * (size_t)ny), *rdx = xmalloc(sizeof(float) * (size_t)nx);
+    float *rdw = xmalloc(sizeof(float) * (size_t)nw), *rdb = xmalloc(sizeof(float) * (size_t)f);
+    float *dyw = xmalloc(sizeof(float) * (size_t)ny), *rdbw = xmalloc(sizeof(float) * (size_t)f);
+    tl_fill_uniform(x, nx, -1, 1, 600);
+    tl_fill_uniform(w, nw, -1, 1, 601);
+    tl_fill_uniform(b, f, -1, 1, 602);
+    tl_fill_uniform(dy, ny, -1, 1, 603);
+    tl_fill_uniform(rdx, nx, -1, 1, 604);
+    fast_model_conv(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, 0, 0, ry);
+    fast_model_conv(n, f, c, out, fc->in, fc->k, fc->d, pf, dy, w, NULL, 1, 1, rdx);
+    fast_model_dw(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, rdw);
+    fast_model_db(n, f, out_pos, dy, rdb);
+    for (int threads = 1; threads <= 3; threads++) {
+        backend_cpu()->set_threads(threads);
+        char at[240];
+        snprintf(at, sizeof at, "%s, %d threads", what, threads);
+        for (int64_t i = 0; i < ny; i++) y[i] = 1e30f;
+        tl_fill_uniform(dx, nx, -1, 1, 604);
+        assert_true(cpu_conv_fast_forward(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, y, scratch, sf));
+        expect_same_bits(at, "y", y, ry, ny);
+        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL, scratch, sb));
+        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx, scratch, sb));
+        expect_same_bits(at, "dx", dx, rdx, nx);
+        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, sw));
+        expect_same_bits(at, "dw", dw, rdw, nw);
+        assert_true(cpu_conv_fast_bias_grad(n, f, out_pos, dy, db));
+        expect_same_bits(at, "db", db, rdb, f);
+        // Sums of floats in double rarely round differently, so also small integers with pairs of
+        // +-2^60 in each channel: the small terms added while a 2^60 is in a partial sum are lost,
+        // and which those are depends on the grouping.
+        for (int64_t i = 0; i < ny; i++) dyw[i] = (float)(int)(dy[i] * 4.0f);
+        uint32_t h = 12345u;
+        for (int64_t s0 = 0; s0 < n; s0++)
+            for (int64_t fo = 0; fo < f; fo++)
+                for (int pair = 0; pair < 6; pair++) {
+                    float *row = dyw + (s0 * f + fo) * out_pos, *row1 = dyw + (((s0 + pair) % n) * f + fo) * out_pos;
+                    h = h * 1664525u + 1013904223u;
+                    row[h % out_pos] = 0x1p60f;
+                    h = h * 1664525u + 1013904223u;
+                    row1[h % out_pos] = -0x1p60f;
+                }
+        fast_model_db(n, f, out_pos, dyw, rdbw);
+        assert_true(cpu_conv_fast_bias_grad(n, f, out_pos, dyw, db));
+        expect_same_bits(at, "db (wide terms)", db, rdbw, f);
+    }
+    backend_cpu()->set_threads(2);
+    for (int i = 0; i < 9; i++) munmap(gm[i].map, gm[i].len);
+    free(ry), free(rdx), free(rdw), free(rdb), free(dyw), free(rdbw);
+}
+
+static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
+    (void)state;
+    if (!cpu_conv_fast_ok()) {
+        int64_t one[3] = {1, 1, 1}, sp[3] = {1, 8, 8};
+        assert_false(cpu_conv_fast_forward(1, 1, 1, sp, sp, one, one, (int64_t[3]){0, 0, 0}, NULL, NULL, NULL, NULL,
+                                           NULL, 0));
+        print_message("no AVX-512 or AVX2+FMA here: the fast kernels are not used\n");
+        return;
+    }
+    const fast_case cases[] = {
+        // A first layer: 3 channels, 32 filters, a full tile per row (dW split by filters).
+        {.c = 3, .f = 32, .in = {1, 32, 32}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        // Rows of 7: runs that start inside vectors and cross the panel row's end; 63 positions
+        // (a last tile of 31); 13 filters (a last row block of 5, dW columns ending inside a vector).
+        {.c = 5, .f = 13, .in = {1, 9, 7}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        // 3D, dilated: input rows reach past both ends of x.
+        {.c = 4, .f = 8, .in = {5, 6, 7}, .k = {3, 3, 3}, .d = {2, 2, 2}, .p = {1, 1, 1}},
+        // Maps of 16 positions (every tile an edge tile), more channels than filters.
+        {.c = 16, .f = 20, .in = {1, 4, 4}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        // Padding 2 with a 3x3 kernel (outputs past the input), an even kernel, 1x1.
+        {.c = 2, .f = 3, .in = {1, 6, 10}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 2, 2}},
+        {.c = 2, .f = 9, .in = {1, 6, 10}, .k = {1, 2, 2}, .d = {1, 1, 1}, .p = {0, 0, 1}},
+        {.c = 7, .f = 9, .in = {1, 5, 5}, .k = {1, 1, 1}, .d = {1, 1, 1}, .p = {0, 0, 0}},
+        // Wide rows (two tiles per row, 40 filters: 32 + 8).
+        {.c = 9, .f = 40, .in = {1, 3, 64}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        check_fast_order(&cases[i], 3, 0);
+        check_fast_order(&cases[i], 2, 1);
+    }
+}
+
 // ---- parameters and the scratch plan -----------------------------------------------------------
 
 static void test_conv_parameters_follow_pytorch(void **state) {
@@ -768,6 +990,7 @@ int main(void) {
         cmocka_unit_test(test_conv_gradients_match_finite_differences),
         cmocka_unit_test(test_conv_transpose_gradients_match_finite_differences),
         cmocka_unit_test(test_conv_results_do_not_depend_on_threads),
+        cmocka_unit_test(test_conv_fast_kernels_sum_in_the_documented_order),
         cmocka_unit_test(test_conv_parameters_follow_pytorch),
         cmocka_unit_test(test_conv_init_uses_fan_in),
         cmocka_unit_test(test_conv_infer_errors_name_the_shapes),

@@ -38,7 +38,7 @@ void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups
                                  float *db, float *dx, float *scratch, int64_t scratch_floats);
 // Test hook: at most `samples` samples per im2col chunk (0, the default: as many as scratch holds).
 void cpu_conv_set_chunk_cap(int64_t samples);
-// cpu_conv_fast.c: stride 1, one group, on AVX-512 CPUs (same shapes as cpu_conv_forward, with
+// cpu_conv_fast.c: stride 1, one group, on AVX-512 or AVX2+FMA CPUs (same shapes as cpu_conv_forward, with
 // in/out/k/d/p as {D, H, W}). Each returns false, having done nothing, where it does not apply
 // (another CPU, geometry or too little scratch); cpu_conv.c then runs im2col + sgemm.
 bool cpu_conv_fast_ok(void);

@@ -185,15 +185,16 @@ def count_fwd_flops(net, x):
     return total[0] // x.shape[0]
 
 
-def set_fp32_strict(strict):
-    """TF32 off (strict) or on in cuDNN convolutions and cuBLAS matmuls."""
-    prec = "ieee" if strict else "tf32"
+def set_fp32_strict():
+    """TF32 off in cuDNN convolutions and cuBLAS matmuls: fp32 as galley computes it. (Only the
+    fp32 mode calls it: the other modes keep PyTorch's defaults, and mixing the two TF32 APIs
+    below in one process is an error in recent PyTorch.)"""
     try:  # PyTorch 2.9 and later; the allow_tf32 flags are deprecated there
-        torch.backends.cudnn.conv.fp32_precision = prec
-        torch.backends.cuda.matmul.fp32_precision = prec
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
     except (AttributeError, RuntimeError):
-        torch.backends.cudnn.allow_tf32 = not strict
-        torch.backends.cuda.matmul.allow_tf32 = not strict
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def make_optimizer(factory, params, device):
@@ -215,10 +216,11 @@ def run(args, result):
         if not torch.cuda.is_available():
             raise RuntimeError("torch.cuda.is_available() is False: no GPU for this PyTorch "
                                f"({torch.__version__})")
-        torch.cuda.set_device(dev)
+        if dev.index is not None:  # set_device refuses a bare "cuda"
+            torch.cuda.set_device(dev)
         result["gpu"] = torch.cuda.get_device_name(dev)
-        torch.backends.cudnn.benchmark = True
-        set_fp32_strict(args.mode == "fp32")
+        if args.mode == "fp32":
+            set_fp32_strict()
     torch.manual_seed(42)
 
     net, shape, loss_kind, outs, opt_factory = build(args.model, args.size, args.batch)
@@ -250,6 +252,8 @@ def run(args, result):
     result["fwd_flops_per_sample"] = count_fwd_flops(net, x[:1])
     if args.check:
         return 0
+    # cuDNN times its algorithms for each new shape; on only now, so not for the count's batch of 1
+    torch.backends.cudnn.benchmark = dev.type == "cuda"
 
     amp = args.mode in ("amp", "compile")
     opt, result["optimizer"] = make_optimizer(opt_factory, net.parameters(), dev)
