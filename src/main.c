@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "galley/blas_core.h"
 #include "galley/check.h"
 #include "galley/cli.h"
 
@@ -10,6 +11,7 @@
 #endif
 
 int main(int argc, char **argv) {
+    cpu_blas_core_fix(argv);  // may re-execute galley: before anything else happens
     if (argc < 2) {
         cli_usage(stderr);
         return GL_EXIT_USAGE;

@@ -11,6 +11,7 @@
 #include <yaml.h>
 
 #include "galley/arena.h"
+#include "galley/blas_core.h"
 #include "galley/check.h"
 #include "galley/cli.h"
 #if GALLEY_HAVE_CUDA
@@ -28,7 +29,6 @@
 #endif
 
 char *openblas_get_config(void);
-char *openblas_get_corename(void);
 int openblas_get_num_threads(void);
 
 static void cpu_model(char *buf, size_t len) {
@@ -146,8 +146,10 @@ int cmd_info(int argc, char **argv) {
     printf("  version:     %s\n", GALLEY_VERSION);
     printf("  build:       %s%s\n", GALLEY_BUILD_TYPE, GALLEY_SANITIZE ? ", sanitizers: address,undefined" : "");
     printf("  backends:    cpu%s\n", GALLEY_HAVE_CUDA ? ", cuda" : " (built without CUDA: nvcc was not found)");
-    printf("  libraries:   libyaml %s, HDF5 %u.%u.%u, OpenBLAS %s (core %s)\n", yaml_get_version_string(), maj, min,
-           rel, openblas_get_config(), openblas_get_corename());
+    char core[256];
+    cpu_blas_core_describe(core, sizeof core);
+    printf("  libraries:   libyaml %s, HDF5 %u.%u.%u, OpenBLAS %s (%s)\n", yaml_get_version_string(), maj, min, rel,
+           openblas_get_config(), core);
     printf("  MPI:         %s\n", mpi);
     printf("  NCCL:        %s\n", nccl);
     printf("  CPU:         %s, %d cores available, features:", cpu, cores);

@@ -9,7 +9,9 @@
 #      broken), and Debian's python3-torch (apt-get installed when missing) run with
 #      /usr/bin/python3 as a second column.
 #   2. This machine's sgemm peak: tests/bench/sgemm_peak.c built against the static OpenMP
-#      OpenBLAS galley links; square 2048..4096 sgemm, best of 5, at 1 and at all threads.
+#      OpenBLAS galley links, on the OpenBLAS core galley runs (galley picks one itself where
+#      OpenBLAS does not know the CPU: src/backend/cpu/cpu_blas_core.c); square 2048..4096
+#      sgemm, best of 5, at 1 and at all threads.
 #   3. Three models, the same in galley and PyTorch (tests/bench/torch_bench.py): small_cnn
 #      (tests/bench/small_cnn.yaml, batch 64), mlp (recipes/mlp.yaml, batch 128), cosmoflow
 #      (recipes/cosmoflow.yaml at 32^3, batch 8); fp32, SGD momentum 0.9, synthetic in-memory
@@ -221,7 +223,17 @@ run_pass() {
     shift
     say ""
     say "== pass '$pass' (load average $(loadavg))"
-    "$@" "$WORK/sgemm_peak" | tee "$WORK/sgemm.$pass"
+    # The peak on the kernels galley runs: where OpenBLAS does not know this CPU and galley
+    # chooses the core itself (cpu_blas_core.c), sgemm_peak is given the same core.
+    local blas core
+    blas=$("$@" "$GALLEY" info 2>/dev/null | sed -nE 's/.*OpenBLAS [^(]*\((core .*)\)$/\1/p' | head -1)
+    say "   galley's OpenBLAS: ${blas:-?}"
+    core=$(sed -nE 's/^core ([A-Za-z0-9]+), chosen by galley.*/\1/p' <<<"$blas")
+    if [[ -n $core ]]; then
+        "$@" env OPENBLAS_CORETYPE="$core" "$WORK/sgemm_peak" | tee "$WORK/sgemm.$pass"
+    else
+        "$@" "$WORK/sgemm_peak" | tee "$WORK/sgemm.$pass"
+    fi
     loadavg >"$WORK/load_start.$pass"
     local m t r b res steps l
     # Repeats go round all models, so that a burst of load from elsewhere hits one run of each
