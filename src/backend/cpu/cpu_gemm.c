@@ -12,12 +12,16 @@
 
 #include "backend/cpu/cpu_kernels.h"
 
-// Tile length along the split dimension: a power-of-two count of tiles, at most 16, each at
-// least 256 long (the other operand is packed again for every tile, so short tiles cost more
-// than they spread), rounded to 16 (OpenBLAS's register tiles divide it).
-static int64_t tile_len(int64_t len) {
+// Tile length along the split dimension (len; other: C's other side, k: the depth): a power-of-
+// two count of tiles, at most 16, each at least 256 long (the other operand is packed again for
+// every tile, so short tiles cost more than they spread), rounded to 16 (OpenBLAS's register
+// tiles divide it). A product that would stay one tile is still halved when each half is at least
+// 64 long and holds 2M multiply-adds: a dense layer of 128 units over a 4096-long input (batch 64)
+// was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time.
+static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
     int64_t tiles = 1;
     while (tiles < 16 && len / (2 * tiles) >= 256) tiles *= 2;
+    if (tiles == 1 && len / 2 >= 64 && (double)(len / 2) * (double)other * (double)k >= 2097152.0) tiles = 2;
     int64_t t = (len + tiles - 1) / tiles;
     return (t + 15) / 16 * 16;
 }
@@ -27,7 +31,7 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
     if (m <= 0 || n <= 0) return;
     // Split the longer side of C: the other operand is packed again per tile, so keep tiles long.
     const bool by_rows = m >= n;
-    const int64_t tl = tile_len(by_rows ? m : n), tiles = ((by_rows ? m : n) + tl - 1) / tl;
+    const int64_t tl = tile_len(by_rows ? m : n, by_rows ? n : m, k), tiles = ((by_rows ? m : n) + tl - 1) / tl;
     const bool par = tiles > 1 && !omp_in_parallel() && (double)m * (double)n * (double)k >= 131072.0;
     // OpenBLAS's OpenMP build threads a call made outside an active parallel region over
     // omp_get_max_threads() threads (whatever openblas_set_num_threads said): a serial loop
