@@ -116,12 +116,33 @@ void graph_forward(gl_graph *g, int64_t n, bool train) {
     g->be->sync();  // the caller reads outputs on the host (metrics) next
 }
 
+// Whether a layer after `after` reads tensor t.
+static bool graph_read_after(const gl_graph *g, int after, const gl_tensor *t) {
+    for (int j = after + 1; j < g->nlayers; j++)
+        for (int k = 0; k < g->layers[j].nin; k++)
+            if (g->layers[j].in[k] == t) return true;
+    return false;
+}
+
+static void graph_zero_grad(const gl_graph *g, const gl_tensor *t, int64_t n) {
+    g->be->zero(t->grad, sizeof(float) * (size_t)(t->size * n));
+}
+
 void graph_backward(gl_graph *g, int64_t n) {
-    // Gradients accumulate (a tensor may feed several layers), so clear all but the output's.
-    for (int i = 0; i < g->nlayers - 1; i++)
-        g->be->zero(g->layers[i].out.grad, sizeof(float) * (size_t)(g->layers[i].out.size * n));
+    // Gradients accumulate (a tensor may feed several layers), so every one but the output's is
+    // cleared, each just before the first layer that writes it (the last that reads it) runs
+    // backward: the zeros are then still in cache when that layer adds to them, where clearing
+    // all at the start sent tens of MB to memory and back.
     for (int i = g->nlayers - 1; i >= 0; i--) {
         layer_t *l = &g->layers[i];
+        // an output nobody reads (a dead branch) has a zero gradient
+        if (i < g->nlayers - 1 && !graph_read_after(g, i, &l->out)) graph_zero_grad(g, &l->out, n);
+        for (int k = 0; k < l->nin; k++) {
+            const gl_tensor *t = l->in[k];
+            bool again = false;  // the same tensor twice among this layer's inputs: cleared once
+            for (int q = 0; q < k; q++) again |= l->in[q] == t;
+            if (t->grad && !again && !graph_read_after(g, i, t)) graph_zero_grad(g, t, n);
+        }
         if (l->kind->backward) l->kind->backward(l, g->be, n);
         // Buckets hand gradients to MPI from the host: they must be complete first.
         if (g->layer_done) {
