@@ -96,6 +96,14 @@ typedef struct gl_backend {
     double (*regression_loss)(int kind, int64_t count, const float *pred, const float *target, float *dpred);
     // Sets the number of threads kernels may use.
     void (*set_threads)(int threads);
+    // Sets the arithmetic of the GEMM-shaped kernels (dense, conv, conv_transpose) from a
+    // PRECISION_* of recipe.h (train.precision; auto picks by the device) and returns the one in
+    // effect: fp32 exact (the default), tf32 tensor cores, or bf16/fp16 operands with fp32
+    // accumulation and fp32 results (every tensor stays fp32 in memory). -1 with the reason in
+    // msg when the device cannot do it (e.g. bf16 below compute capability 8.0). NULL on the CPU,
+    // which computes in fp32 only. Call before the first kernel; a later call is allowed (tests)
+    // and applies from the next kernel on.
+    int (*set_precision)(int precision, char *msg, size_t len);
 
     // ---- convolution family (conv, transposed conv): owned by src/backend/cpu/cpu_conv*.c ----
     // (begin conv region)

@@ -6,7 +6,9 @@
 //   /                          attributes: format, format_version, galley_version, step, epoch,
 //                              next_batch, samples, skipped, world_size, parts, threads, seed,
 //                              recipe_hash, optimizer, optimizer_steps, created, train_seconds,
-//                              best, best_step, best_loss, best_loss_step, epochs_run
+//                              best, best_step, best_loss, best_loss_step, epochs_run;
+//                              with train.precision fp16 also loss_scale, loss_scale_good,
+//                              loss_scale_skipped (absent: a fresh scale on resume)
 //   /recipe                    the resolved recipe (YAML text; `galley train` can run it)
 //   /params/<layer>/<param>    float32, the parameter's shape (e.g. dense weight [out, in])
 //   /state/<layer>/running     float32 [2C + 1]: batch-norm running mean, variance, ready flag
@@ -42,6 +44,10 @@ typedef struct {
     double best, best_loss;
     int64_t best_step, best_loss_step;
     int epochs_run;
+    // fp16's dynamic loss scale (optim.h): written when scaler.on; read back with
+    // scaler_saved set when the file has it (older files and other precisions do not).
+    gl_loss_scale scaler;
+    bool scaler_saved;
 } gl_ckpt_state;
 
 // Writes the checkpoint to path atomically. 0, or -1 with the reason in err[errlen] (the

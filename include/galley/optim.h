@@ -6,6 +6,8 @@
 //   optim_bytes(r, g)           arena bytes for the state (after graph_build)
 //   optim_init(o, r, g, a)      carve the state (after graph_bind); moments start at zero
 //   norm = optim_step(o, g, lr) one update of g->params from g->grads at learning rate lr
+//   optim_step_scaled(..., s)   the same for gradients of a loss multiplied by s (fp16 loss scaling)
+//   loss_scale_*                the dynamic loss scale of train.precision fp16 (loss_scale.c)
 //
 // Work is split into chunks of at most GL_OPTIM_CHUNK elements of one parameter tensor; norms
 // are summed per chunk in double and then over chunks in parameter order, so every result is
@@ -52,5 +54,41 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a);
 // leaves parameters, gradients and state untouched (the step is skipped): the caller should
 // stop and report it.
 double optim_step(gl_optim *o, gl_graph *g, double lr);
+// optim_step for gradients of a loss multiplied by scale (a power of two): they are divided by
+// it first, in the same multiply that clipping uses, so the norm returned and compared with
+// optimizer.clip_norm is the unscaled one. scale 1 is optim_step exactly.
+double optim_step_scaled(gl_optim *o, gl_graph *g, double lr, double scale);
+
+// ---- dynamic loss scaling (train.precision fp16; loss_scale.c) ----------------------------------
+// fp16 keeps 5 exponent bits, so small gradients flush to zero: the loss gradient is multiplied
+// by `scale` before backward and the gradients divided by it before clipping and the update. A
+// step whose gradients hold a NaN or Inf (the scale was too large) is skipped and the scale
+// halves; after GL_LOSS_SCALE_GROWTH consecutive finite steps it doubles. Powers of two only,
+// so scaling and unscaling are exact. Pure host logic: the training loop feeds it each step's
+// outcome and saves its state in checkpoints.
+#define GL_LOSS_SCALE_INIT 65536.0   // 2^16
+#define GL_LOSS_SCALE_MIN 1.0
+#define GL_LOSS_SCALE_MAX 16777216.0  // 2^24
+#define GL_LOSS_SCALE_GROWTH 2000     // finite steps in a row before the scale doubles
+
+typedef struct {
+    bool on;          // off (every precision but fp16): scale stays 1 and update always says step
+    double scale;     // the factor of the loss gradient
+    int64_t good;     // finite steps since the scale last changed
+    int64_t skipped;  // steps skipped for non-finite gradients, over the run (and its resumes)
+} gl_loss_scale;
+
+enum { LOSS_SCALE_KEPT = 0, LOSS_SCALE_GREW = 1, LOSS_SCALE_BACKED_OFF = -1 };
+
+// Fresh state: scale GL_LOSS_SCALE_INIT when on, else 1.
+void loss_scale_init(gl_loss_scale *s, bool on);
+// One step's outcome (finite: every gradient finite). Non-finite: the step must be skipped, the
+// scale halves (not below GL_LOSS_SCALE_MIN) and LOSS_SCALE_BACKED_OFF is returned; finite: the
+// step runs, and after GL_LOSS_SCALE_GROWTH in a row the scale doubles (not above
+// GL_LOSS_SCALE_MAX): LOSS_SCALE_GREW. Off: always LOSS_SCALE_KEPT.
+int loss_scale_update(gl_loss_scale *s, bool finite);
+// Restores saved state (a checkpoint's). 0; -1 when it is not a state update could have made
+// (scale not a power of two in [MIN, MAX], counts negative): s is then fresh.
+int loss_scale_restore(gl_loss_scale *s, double scale, int64_t good, int64_t skipped);
 
 #endif

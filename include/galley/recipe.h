@@ -37,6 +37,7 @@ enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
 enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D };
 enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 enum { DEVICE_AUTO = 0, DEVICE_CPU = 1, DEVICE_CUDA = 2 };
+enum { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 };
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
@@ -84,6 +85,7 @@ typedef struct {
         int64_t steps, epochs, batch_size, threads, eval_every, top_k;
         int loss, nonfinite;
         int device;         // DEVICE_*
+        int precision;      // PRECISION_*: as written (auto is resolved when the device is bound)
         double time_limit;  // seconds of wall time the run may take (0: no limit)
         struct {
             int64_t start_step, stop_step;  // cudaProfilerStart/Stop window (stop 0: none)

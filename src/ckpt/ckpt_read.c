@@ -138,8 +138,16 @@ int ckpt_read(const char *path, const recipe_t *r, gl_graph *g, gl_optim *o, gl_
                  (long long)g->nparams);
         rc = -2;
     }
+    // Optional (fp16 runs only; older checkpoints have none): the caller starts a fresh scale.
+    double scale = 0;
+    int64_t good = 0, skipped = 0;
+    bool scaler = rc == 0 && H5Aexists(f, "loss_scale") > 0 && ck_get_f64(f, "loss_scale", &scale) == 0 &&
+                  ck_get_i64(f, "loss_scale_good", &good) == 0 && ck_get_i64(f, "loss_scale_skipped", &skipped) == 0;
     H5Fclose(f);
     if (rc) return rc;
+    st->scaler_saved = scaler;
+    st->scaler.on = scaler, st->scaler.scale = scaler ? scale : 1.0, st->scaler.good = good;
+    st->scaler.skipped = skipped;
     st->step = v[0], st->epoch = v[1], st->samples = v[2], st->skipped = v[3];
     st->world = (int)v[4], st->parts = (int)v[5], st->threads = (int)v[6];
     st->best_step = v[7], st->best_loss_step = v[8], st->epochs_run = (int)v[9];

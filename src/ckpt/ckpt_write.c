@@ -55,6 +55,11 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
     rc |= ck_attr_str(root, "optimizer", ck_optim_name(o->type));
     rc |= ck_attr_i64(root, "optimizer_steps", o->steps);
     rc |= ck_attr_i64(root, "parameters", g->nparams);
+    if (st->scaler.on) {  // fp16 only: a run in another precision starts its own scale
+        rc |= ck_attr_f64(root, "loss_scale", st->scaler.scale);
+        rc |= ck_attr_i64(root, "loss_scale_good", st->scaler.good);
+        rc |= ck_attr_i64(root, "loss_scale_skipped", st->scaler.skipped);
+    }
     H5Gclose(root);
     if (rc) return -1;
 

@@ -135,18 +135,25 @@ static void device_update(gl_optim *o, const gl_backend *be, const gl_optim_args
     be->sync();
 }
 
-double optim_step(gl_optim *o, gl_graph *g, double lr) {
+double optim_step(gl_optim *o, gl_graph *g, double lr) { return optim_step_scaled(o, g, lr, 1.0); }
+
+double optim_step_scaled(gl_optim *o, gl_graph *g, double lr, double scale) {
     GL_CHECK(g->nparams == o->n, "optimizer built for another graph");
-    double norm = grad_norm(o, g->be, g->grads);
+    GL_CHECK(scale >= 1.0, "the loss scale is at least 1");
+    // Dividing by a power of two is exact, so the norm is the unscaled gradients' norm.
+    double norm = grad_norm(o, g->be, g->grads) / scale;
     if (!isfinite(norm)) return norm;
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when below 1
     // (PyTorch multiplies by min(coef, 1), which is the same).
     double coef = isnan(o->clip_norm) ? 1.0 : o->clip_norm / (norm + 1e-6);
     bool clip = coef < 1.0;
     o->last_scale = clip ? (double)(float)coef : 1.0;
+    // Unscaling rides on the clip multiply: one pass over the gradients either way (and none
+    // when neither applies, so fp32 runs keep their bits).
+    double mult = (clip ? coef : 1.0) / scale;
     int64_t t = o->steps + 1;
     GL_CHECK(o->type == OPT_SGD || o->type == OPT_ADAMW || o->type == OPT_LAMB, "unknown optimizer type");
-    const gl_optim_args a = optim_args(o, clip, (float)coef, lr, t);
+    const gl_optim_args a = optim_args(o, clip || scale != 1.0, (float)mult, lr, t);
     if (on_device(g->be)) {
         device_update(o, g->be, &a, g);
     } else {

@@ -38,6 +38,7 @@ static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cos
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const precision_choices[] = {"auto", "fp32", "tf32", "bf16", "fp16", NULL};
 static const char *const opt_choices[] = {"sgd", "adamw", "lamb", NULL};
 static const char *const unit_choices[] = {"steps", "epochs", NULL};
 static const char *const decay_choices[] = {"constant", "multistep", "cosine", "poly", NULL};
@@ -232,6 +233,14 @@ static const key_spec train_keys[] = {
     {"device", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, device_choices, OFF(train.device), NULL,
      "where the model trains: auto (the GPU of this rank's local rank when there is one, else the CPU, said "
      "once), cpu, or cuda (an error when no GPU can be used)"},
+    {"precision", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, precision_choices, OFF(train.precision), NULL,
+     "arithmetic of the GEMM-shaped layers (dense, conv, conv_transpose) on a GPU: fp32 (exact fp32, the same "
+     "bits every run); tf32 (TF32 tensor cores, compute capability 8.0+); bf16 or fp16 (mixed precision: "
+     "operands rounded to 16 bits, fp32 accumulation and results; fp16 adds dynamic loss scaling, its scale "
+     "saved in checkpoints); auto: bf16 on compute capability 8.0+, fp16 on 7.x, fp32 on the CPU. Weights, "
+     "optimizer state and every other layer stay fp32, and activations are stored in fp32 in this first cut, "
+     "so GPU memory is not halved. The CPU trains in fp32 only: tf32, bf16 or fp16 with train.device cpu is "
+     "an error (with auto and no GPU it is said once and the run goes on in fp32)"},
     {"threads", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(train.threads), NULL,
      "compute threads; 0 means one per core this process may run on (ranks on one node without a CPU "
      "binding share the node's cores)"},

@@ -131,7 +131,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     int code = check_split(r, d, err);
     if (code != GL_EXIT_OK) goto early;
     char device[640], device_note[640];
-    const gl_backend *be = train_pick_backend(r, d, device, sizeof device, device_note, sizeof device_note, err);
+    int precision = PRECISION_FP32;
+    const gl_backend *be =
+        train_pick_backend(r, d, device, sizeof device, device_note, sizeof device_note, &precision, err);
     {
         double ok = be != NULL;  // every rank learns whether any failed, so none waits alone
         dist_sum_doubles(d, &ok, 1, "choosing train.device", 0);
@@ -260,6 +262,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     loss_init(&loss, r, &train);
     train_ctx c;
     train_ctx_init(&c, r, d, &g, &loss, &opt, &train, &arena);
+    loss_scale_init(&c.ls, precision == PRECISION_FP16);
     gl_ckpt_state ck = {.best = NAN, .best_loss = NAN, .world = d->world, .parts = c.parts, .threads = threads};
     if (resume_path[0] && (code = train_resume_load(&c, resume_path, &ck, err)) != GL_EXIT_OK) {
         train_ctx_free(&c);
@@ -269,6 +272,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         loader_free(lv);
         goto early;
     }
+    // fp16's loss scale continues from the checkpoint when it has one (not: older files, other precisions).
+    bool scaler_restored = ck.scaler_saved && c.ls.on &&
+                           loss_scale_restore(&c.ls, ck.scaler.scale, ck.scaler.good, ck.scaler.skipped) == 0;
     gl_metrics tm, vm;  // training since the last evaluation, validation
     train_window w = {0};
     metrics_init(&tm, &train, (int)r->train.top_k);
@@ -297,7 +303,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (device_note[0]) fputs(device_note, out);
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
-                       .ranks = d->world, .threads = threads, .precision = "fp32",
+                       .ranks = d->world, .threads = threads, .precision = train_precision_name(precision),
                        .global_batch = r->train.batch_size < train.n ? r->train.batch_size : train.n,
                        .local_batch = batch, .parameters = g.nparams, .mflops = (double)g.flops / 1e6,
                        .train_samples = train.n, .val_samples = val.n, .data_seconds = t_data,
@@ -327,6 +333,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         fprintf(out, "  resumed from %s at step %lld (epoch %lld)%s\n", resume_path, (long long)ck.step,
                 (long long)(ck.step / steps_per_epoch + 1),
                 ck.world != d->world ? " (written by a run with another number of ranks)" : "");
+    if (c.ls.on && !opts->evaluate)
+        fprintf(out, "  fp16: dynamic loss scaling, scale %g%s (halved on a non-finite gradient, the step skipped; "
+                     "doubled after %d finite steps)\n",
+                c.ls.scale, scaler_restored ? " from the checkpoint" : resume_path[0] ? " (the checkpoint has none)" : "",
+                GL_LOSS_SCALE_GROWTH);
     if (resume_path[0] && c.parts && ck.parts != c.parts)
         fprintf(out, "  note: the checkpoint was written with distributed.parts %d, this run uses %d: it continues, "
                      "but not bitwise as the original run would have\n", ck.parts, c.parts);
@@ -449,11 +460,17 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             metrics_add_packed(&w.m, v);
             // A non-finite gradient norm leaves the weights untouched (optim_step skips it).
             prof_push("optimizer");
-            double norm = optim_step(&opt, &g, lr_at(&lr, step));
+            double norm = optim_step_scaled(&opt, &g, lr_at(&lr, step), c.ls.scale);
             prof_pop();
             t_now = now_s();
             ph[PHASE_OPTIM] += t_now - t3;
-            if (!isfinite(norm)) {
+            if (c.ls.on && (isfinite(norm) || c.ls.scale > GL_LOSS_SCALE_MIN)) {
+                // fp16: an overflow above the floor is the scale's fault, not the model's.
+                if (loss_scale_update(&c.ls, isfinite(norm)) == LOSS_SCALE_BACKED_OFF && d->rank == 0)
+                    fprintf(err, "galley: fp16 gradients overflowed at step %lld: step skipped, loss scale now %g\n",
+                            (long long)step, c.ls.scale);
+            } else if (!isfinite(norm)) {
+                if (c.ls.on) c.ls.good = 0;  // at the floor of 1: a real non-finite gradient
                 if (r->train.nonfinite == NONFINITE_SKIP) {
                     skipped++;
                 } else {
@@ -503,6 +520,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
             ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
             ck.train_seconds = seconds_base + (now_s() - t_start);
+            ck.scaler = c.ls;
             double secs;
             prof_push("checkpoint");
             int rc = train_save(&c, &ck, out, err, &secs);
@@ -572,6 +590,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         ck.skipped = skipped, ck.best = res->best, ck.best_step = best_step, ck.best_loss = res->best_loss;
         ck.best_loss_step = res->best_loss_step, ck.epochs_run = res->epochs_run;
         ck.train_seconds = seconds_base + (now_s() - t_start);
+        ck.scaler = c.ls;
         double secs;
         prof_push("checkpoint");
         int rc = train_save(&c, &ck, out, err, &secs);
@@ -597,6 +616,9 @@ done:
         if (k)
             fprintf(out, "galley: data.nonfinite: skip replaced %lld input samples holding NaN/Inf (first: %s)\n",
                     (long long)k, first);
+        if (c.ls.on && c.ls.skipped > 0)
+            fprintf(out, "galley: fp16 loss scaling skipped %lld steps with overflowing gradients; the scale ended at "
+                         "%g\n", (long long)c.ls.skipped, c.ls.scale);
     }
     if (code == GL_EXIT_RUNTIME && w.steps > 0)  // the steps before the failure, for the record
         window_log(&lg, &w, &lr, ph, step, epoch, t_start, now_s(), false);

@@ -38,6 +38,7 @@ typedef struct {
     double flags[FLAG_COUNT];  // the last step's flags, summed over ranks
     gl_reducer bn_sum;  // distributed.sync_batchnorm: batch-norm sums over ranks
     int64_t step;       // the step being computed (names collectives in timeout messages)
+    gl_loss_scale ls;   // train.precision fp16: the loss gradient's factor (off: 1)
 } train_ctx;
 
 // Arena bytes train_ctx_init carves for this recipe, model and rank count.
@@ -57,12 +58,16 @@ void train_share_state(train_ctx *c, int64_t step);
 
 // ---- device (train_device.c) ----
 
-// The backend for train.device on this rank (auto: its local rank's GPU, else the CPU). desc
-// names it for the banner; note gets the line that says why auto chose the CPU (rank 0 only,
-// else empty), printed once the run log is open. NULL, with the error printed, when
-// train.device is cuda and no GPU can be used.
+// The backend for train.device on this rank (auto: its local rank's GPU, else the CPU), set to
+// train.precision. desc names it for the banner; note gets the line that says why auto chose
+// the CPU (rank 0 only, else empty; it names an explicit train.precision the CPU cannot honour),
+// printed once the run log is open; *precision the PRECISION_* in effect (auto resolved). NULL,
+// with the error printed, when train.device is cuda and no GPU can be used, or the GPU cannot
+// do the precision asked for.
 const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
-                                     size_t note_len, FILE *err);
+                                     size_t note_len, int *precision, FILE *err);
+// "fp32", "bf16", ... for a PRECISION_*.
+const char *train_precision_name(int precision);
 
 // ---- checkpoints (train_ckpt.c) ----
 

@@ -4,6 +4,9 @@
 // (its rows / global rows), so the sum over ranks is the gradient of the global batch's mean
 // loss: the same as one process computing the whole batch, whatever the split.
 //
+// fp16 (train.precision) multiplies each part's loss gradient by the dynamic loss scale too
+// (c->ls); the optimizer divides it out (optim_step_scaled), so the sums above are unchanged.
+//
 // Two ways to sum. By default each rank computes its part in one pass and gradients are summed
 // by allreduce in buckets during backward (order chosen by MPI: equal to one process within
 // rounding). With distributed.deterministic the global batch is cut into `parts` fixed parts;
@@ -115,7 +118,10 @@ static double part_forward(train_ctx *c, int64_t n, int64_t global_n, const int3
         graph_forward(c->g, n, train);
         prof_pop();
         l = loss_compute(c->loss, c->be, o, n, lab, val, train ? o->grad : NULL);
-        if (train && n != global_n) c->be->scale(n * o->size, (float)n / (float)global_n, o->grad, o->grad);
+        // This part's share of the global batch, times fp16's loss scale (a power of two: exact).
+        float f = n != global_n ? (float)n / (float)global_n : 1.0f;
+        if (c->ls.on) f *= (float)c->ls.scale;
+        if (train && f != 1.0f) c->be->scale(n * o->size, f, o->grad, o->grad);
         metrics_add(&c->lm, o, n, lab, val, l);
     }
     metrics_pack(&c->lm, v);

@@ -2,6 +2,9 @@
 # The CUDA backend trains like the CPU backend: a few steps of recipes that use every layer kind
 # run on both devices from the same seed, and every logged training loss agrees within
 # 2e-3 relative (fp32: only summation order differs; dropout masks are bitwise the same).
+# train.precision (auto picks bf16 or fp16 on a GPU, so the comparison sets fp32): a few steps in
+# bf16 and fp16 (and tf32) of a dense, a conv and a transposed-conv recipe train, the loss going
+# down; the banner names the precision; fp16 says its loss scale.
 # Needs a GPU: skipped (exit 77) where `galley info` lists none.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
@@ -32,7 +35,7 @@ for c in "${cases[@]}"; do
     run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cpu
     [[ $RC == 0 ]] || { show_run; fail "$name on the CPU: exit $RC"; }
     cpu=$(losses "$OUT")
-    run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cuda
+    run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cuda train.precision=fp32
     [[ $RC == 0 ]] || { show_run; fail "$name on the GPU: exit $RC"; }
     grep -q 'device cuda' <<<"$OUT" || { show_run; fail "$name: the banner does not name the cuda device"; }
     gpu=$(losses "$OUT")
@@ -43,4 +46,41 @@ for c in "${cases[@]}"; do
         END { printf "[test_cuda_train] %s: %d steps, worst relative loss difference %.2e\n", n, NR, worst; exit bad }' ||
         fail "$name: CPU and GPU losses differ"
 done
+# ---- reduced precisions: the loss goes down -------------------------------------------------------
+# recipe | overrides: dense (quickstart), conv + batch norm (conv_bn_dropout), transposed conv (unet3d)
+prec_cases=(
+    "$GALLEY_SRC/recipes/quickstart.yaml|train.steps=120 log.every=30"
+    "$GALLEY_SRC/tests/recipes/dist/conv_bn_dropout.yaml|train.steps=12 log.every=3"
+    "$GALLEY_SRC/recipes/unet3d.yaml|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=8 log.every=2 optimizer.schedule.warmup=0"
+)
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+ampere=0
+[[ -n $cc && $cc -ge 80 ]] && ampere=1
+for c in "${prec_cases[@]}"; do
+    recipe=${c%%|*}
+    name=$(basename "$recipe" .yaml)
+    read -r -a ov <<<"${c#*|}"
+    precs=(fp16)  # bf16 and tf32 need compute capability 8.0; tf32 on the dense recipe only (time)
+    ((ampere)) && precs=(bf16 fp16)
+    ((ampere)) && [[ $name == quickstart ]] && precs+=(tf32)
+    for p in "${precs[@]}"; do
+        run "$GALLEY" train "$recipe" "${common[@]}" "${ov[@]}" train.device=cuda train.precision="$p"
+        [[ $RC == 0 ]] || { show_run; fail "$name in $p: exit $RC"; }
+        grep -qE "device cuda .*, $p \|" <<<"$OUT" || { show_run; fail "$name: the banner does not say $p"; }
+        if [[ $p == fp16 ]]; then
+            grep -q 'fp16: dynamic loss scaling, scale 65536' <<<"$OUT" || { show_run; fail "$name: no loss-scale line"; }
+        fi
+        l=$(losses "$OUT")
+        first=$(head -1 <<<"$l") last=$(tail -1 <<<"$l")
+        awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' ||
+            { show_run; fail "$name in $p: the loss did not go down ($first -> $last)"; }
+        info "$name in $p: loss $first -> $last ($(grep -c 'overflowed' <<<"$ERR" || true) fp16 overflow steps skipped)"
+    done
+done
+# auto resolves by compute capability, and says which
+run "$GALLEY" train "$GALLEY_SRC/recipes/quickstart.yaml" "${common[@]}" train.steps=2 train.device=cuda
+[[ $RC == 0 ]] || { show_run; fail "auto precision: exit $RC"; }
+want=fp16
+[[ -n $cc && $cc -ge 80 ]] && want=bf16
+grep -qE "device cuda .*, $want \|" <<<"$OUT" || { show_run; fail "auto on compute capability $cc: not $want"; }
 info "ok"

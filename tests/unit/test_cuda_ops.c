@@ -6,6 +6,10 @@
 // so a kernel that skips an element or reads its output fails. Dropout masks, max-pool argmax
 // and pure copies must be bitwise equal; everything else within the fp32 tolerances below.
 // Without a usable GPU (or in a build without CUDA) it prints why and exits 77: skipped.
+//
+// train.precision: test_reduced_precision runs the dense, conv and transposed-conv cases again
+// with the GPU set to tf32, bf16 and fp16 (set_precision) against the CPU's fp32, with the
+// tolerances of PREC_CASES relative to the largest |cpu| of each tensor, then sets fp32 back.
 #include "testlib.h"
 
 #include <stdint.h>
@@ -22,8 +26,15 @@
 
 static double sum_rtol(int64_t k) { return fmax(1e-4, 1e-5 * sqrt((double)k)); }
 
+// Reduced precisions, |gpu - cpu| <= rtol * max |cpu| of the tensor. Operands are rounded to
+// tf32 or fp16 (11 significant bits: 2^-11 ~ 4.9e-4 relative each) or bf16 (8 bits: ~3.9e-3),
+// accumulation stays fp32; the sums of the cases here land well inside these. tf32 is given
+// the loose 1e-2 the issue names, though its rounding is fp16's.
+#define PREC_CASES {{PRECISION_TF32, "tf32", 1e-2}, {PRECISION_BF16, "bf16", 3e-2}, {PRECISION_FP16, "fp16", 5e-3}}
+
 typedef struct {
     const gl_backend *cpu, *gpu;
+    double rtol;  // 0: fp32 (sum_rtol); else the GPU's precision is reduced: see PREC_CASES
 } backends;
 
 // ---- buffers on both backends -----------------------------------------------------------------
@@ -110,6 +121,13 @@ static void expect_norm(const char *ctx, const char *name, const float *got, con
 // want[i] are sums of (at most) k terms each.
 static void expect_sum(const char *ctx, const char *name, const float *got, const float *want, int64_t n, int64_t k) {
     expect_close(ctx, name, got, want, n, sum_rtol(k), fmax(max_abs(want, n), 1e-30));
+}
+
+// A GEMM-shaped result (dense, conv): fp32's sum tolerance, or the reduced precision's.
+static void expect_gemm(const backends *b, const char *ctx, const char *name, const float *got, const float *want,
+                        int64_t n, int64_t k) {
+    if (b->rtol > 0) expect_close(ctx, name, got, want, n, b->rtol, fmax(max_abs(want, n), 1e-30));
+    else expect_sum(ctx, name, got, want, n, k);
 }
 
 static void expect_bitwise(const char *ctx, const char *name, const float *got, const float *want, int64_t n) {
@@ -209,16 +227,16 @@ static void test_dense(void **state) {
         b->cpu->dense_forward(n, k, u, x.c, w.c, bias ? bb.c : NULL, y.c);
         b->gpu->dense_forward(n, k, u, x.g, w.g, bias ? bb.g : NULL, y.g);
         b->gpu->sync();
-        expect_sum(ctx, "y", y.g, y.c, n * u, k + 1);
+        expect_gemm(b, ctx, "y", y.g, y.c, n * u, k + 1);
 
         twin dy = twin_uniform(b, n * u, -1, 1, 13), dw = twin_const(b, u * k, NAN), db = twin_const(b, u, NAN);
         twin dx = twin_uniform(b, n * k, -1, 1, 14);
         b->cpu->dense_backward(n, k, u, x.c, w.c, dy.c, dw.c, bias ? db.c : NULL, with_dx ? dx.c : NULL);
         b->gpu->dense_backward(n, k, u, x.g, w.g, dy.g, dw.g, bias ? db.g : NULL, with_dx ? dx.g : NULL);
         b->gpu->sync();
-        expect_sum(ctx, "dw", dw.g, dw.c, u * k, n);
-        if (bias) expect_sum(ctx, "db", db.g, db.c, u, n);
-        expect_sum(ctx, "dx", dx.g, dx.c, n * k, u + 1);  // untouched on both without dx
+        expect_gemm(b, ctx, "dw", dw.g, dw.c, u * k, n);
+        if (bias) expect_sum(ctx, "db", db.g, db.c, u, n);  // own fp32 kernel in every precision
+        expect_gemm(b, ctx, "dx", dx.g, dx.c, n * k, u + 1);  // untouched on both without dx
         twin *all[] = {&x, &w, &bb, &y, &dy, &dw, &db, &dx};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) twin_free(b, all[i]);
     }
@@ -438,7 +456,7 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
                              sf);
     }
     b->gpu->sync();
-    expect_sum(ctx, "y", y.g, y.c, ny, (c / grp) * g.taps + 1);
+    expect_gemm(b, ctx, "y", y.g, y.c, ny, (c / grp) * g.taps + 1);
 
     twin dy = twin_uniform(b, ny, -1, 1, 53), dw = twin_const(b, nw, NAN), db = twin_const(b, f, NAN);
     twin dx = twin_uniform(b, nx, -1, 1, 54);
@@ -455,10 +473,10 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
     }
     b->gpu->sync();
     // dw sums over samples and the positions of the convolution's output (x's for the transpose).
-    expect_sum(ctx, "dw", dw.g, dw.c, nw, n * (transpose ? g.in_pos : g.out_pos));
-    if (full) expect_sum(ctx, "db", db.g, db.c, f, n * g.out_pos);
+    expect_gemm(b, ctx, "dw", dw.g, dw.c, nw, n * (transpose ? g.in_pos : g.out_pos));
+    if (full) expect_sum(ctx, "db", db.g, db.c, f, n * g.out_pos);  // own fp32 kernel in every precision
     else expect_bitwise(ctx, "db (NULL: untouched)", db.g, db.c, f);
-    expect_sum(ctx, "dx", dx.g, dx.c, nx, (f / grp) * g.taps + 1);  // untouched on both when NULL
+    expect_gemm(b, ctx, "dx", dx.g, dx.c, nx, (f / grp) * g.taps + 1);  // untouched on both when NULL
     twin *all[] = {&scratch, &x, &w, &bias, &y, &dy, &dw, &db, &dx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) twin_free(b, all[i]);
 }
@@ -827,6 +845,45 @@ static void test_upsample(void **state) {
     }
 }
 
+// ---- train.precision ---------------------------------------------------------------------------
+
+// The dense, conv and transposed-conv cases in tf32, bf16 and fp16 (those the GPU supports:
+// set_precision refuses tf32 and bf16 below compute capability 8.0), then auto and back to fp32.
+static void test_reduced_precision(void **state) {
+    const backends *b0 = *state;
+    static const struct {
+        int prec;
+        const char *name;
+        double rtol;
+    } precs[] = PREC_CASES;
+    assert_true(b0->gpu->set_precision != NULL);
+    assert_true(b0->cpu->set_precision == NULL);
+    for (size_t i = 0; i < sizeof precs / sizeof precs[0]; i++) {
+        char msg[256] = "";
+        int got = b0->gpu->set_precision(precs[i].prec, msg, sizeof msg);
+        if (got < 0) {
+            assert_true(precs[i].prec != PRECISION_FP16);  // fp16 runs on every GPU CUDA 13 supports
+            printf("test_cuda_ops: %s not checked: %s\n", precs[i].name, msg);
+            continue;
+        }
+        assert_int_equal(got, precs[i].prec);
+        printf("test_cuda_ops: %s: dense, conv and conv_transpose within %g of the largest |cpu|\n", precs[i].name,
+               precs[i].rtol);
+        backends b = *b0;
+        b.rtol = precs[i].rtol;
+        void *st = &b;
+        test_dense(&st);
+        test_conv(&st);
+        test_conv_transpose(&st);
+    }
+    char msg[256] = "";
+    int got = b0->gpu->set_precision(PRECISION_AUTO, msg, sizeof msg);
+    assert_true(got == PRECISION_BF16 || got == PRECISION_FP16 || got == PRECISION_FP32);
+    assert_int_equal(b0->gpu->set_precision(PRECISION_FP32, msg, sizeof msg), PRECISION_FP32);
+    void *st = (void *)b0;
+    test_dense(&st);  // fp32 again: fp32's tolerances hold
+}
+
 int main(void) {
     char msg[256] = "built without CUDA (GALLEY_HAVE_CUDA=0)";
     const gl_backend *gpu = NULL;
@@ -838,7 +895,7 @@ int main(void) {
         return 77;  // ctest: skipped
     }
     printf("test_cuda_ops: %s\n", msg);
-    backends be = {backend_cpu(), gpu};
+    backends be = {backend_cpu(), gpu, 0};
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_memory_zero_upload_download, &be),
         cmocka_unit_test_prestate(test_dense, &be),
@@ -855,6 +912,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_scale_axpy, &be),
         cmocka_unit_test_prestate(test_copy_rows, &be),
         cmocka_unit_test_prestate(test_upsample, &be),
+        cmocka_unit_test_prestate(test_reduced_precision, &be),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,6 +76,7 @@ static const gl_backend cpu = {
     .softmax_xent = cpu_softmax_xent,
     .regression_loss = cpu_regression_loss,
     .set_threads = cpu_set_threads,
+    .set_precision = NULL,  // fp32 only (train.precision other than fp32 is refused for train.device cpu)
     // (begin conv region)
     .conv_forward = cpu_conv_forward,
     .conv_backward = cpu_conv_backward,

@@ -125,6 +125,33 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
 // Host-side work (data loading, metrics) still runs on OpenMP threads.
 static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
 
+// train.precision on this GPU (backend.h). auto: bf16 from compute capability 8.0 (Ampere: bf16
+// and TF32 tensor cores), fp16 on 7.x (Volta, Turing: fp16 tensor cores only), fp32 before.
+// cuBLAS's math mode follows: pedantic for fp32 (no silent TF32, the same bits every run), TF32
+// tensor ops for tf32; bf16 and fp16 name their compute type in each cublasGemmEx call
+// (cuda_dense.cu), so the handle keeps default math. cuda_conv.cu reads ctx.precision per call.
+static int cu_set_precision(int precision, char *msg, size_t len) {
+    static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
+    int cc = ctx.prop.major * 10 + ctx.prop.minor, p = precision;
+    if (p == PRECISION_AUTO) p = cc >= 80 ? PRECISION_BF16 : cc >= 70 ? PRECISION_FP16 : PRECISION_FP32;
+    if (p < PRECISION_FP32 || p > PRECISION_FP16) {
+        snprintf(msg, len, "unknown precision %d", precision);
+        return -1;
+    }
+    if ((p == PRECISION_TF32 || p == PRECISION_BF16) && cc < 80) {
+        snprintf(msg, len, "%s needs compute capability 8.0 or newer, and GPU %d (%s) has %d.%d", names[p], ctx.device,
+                 ctx.prop.name, ctx.prop.major, ctx.prop.minor);
+        return -1;
+    }
+    cublasMath_t mode = p == PRECISION_FP32 ? CUBLAS_PEDANTIC_MATH
+                        : p == PRECISION_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                              : CUBLAS_DEFAULT_MATH;
+    CU_CHECK(cudaStreamSynchronize(ctx.stream));  // kernels already queued keep the precision they were issued in
+    CUBLAS_CHECK(cublasSetMathMode(ctx.cublas, mode));
+    ctx.precision = p;
+    return p;
+}
+
 static const gl_backend cuda_table = {
     .name = "cuda",
     .device = 1,
@@ -143,6 +170,7 @@ static const gl_backend cuda_table = {
     .softmax_xent = cuda_softmax_xent,
     .regression_loss = cuda_regression_loss,
     .set_threads = cu_set_threads,
+    .set_precision = cu_set_precision,
     .conv_forward = cuda_conv_forward,
     .conv_backward = cuda_conv_backward,
     .conv_transpose_forward = cuda_conv_transpose_forward,
@@ -209,8 +237,9 @@ const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
     CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
     CUBLAS_CHECK(cublasCreate(&ctx.cublas));
     CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
-    // fp32 means fp32: no silent TF32 in GEMMs (train.precision will choose it explicitly).
+    // fp32 means fp32: no silent TF32 in GEMMs until train.precision asks for it (cu_set_precision).
     CUBLAS_CHECK(cublasSetMathMode(ctx.cublas, CUBLAS_PEDANTIC_MATH));
+    ctx.precision = PRECISION_FP32;
     ctx.work_limit = workspace_limit(&ctx.prop);
     int blas = 0;
     CUBLAS_CHECK(cublasGetVersion(ctx.cublas, &blas));

@@ -40,6 +40,20 @@
 //
 // Bias: own kernels. The forward adds b per channel; the gradient sums each channel in double
 // in fixed slices, then the slices in order: repeatable bit for bit, no atomics.
+//
+// Precision (backend.h's set_precision; part of the cache key): fp32 runs FMA math only (the
+// same bits every run, deterministic algorithms first). tf32 lets cuDNN use tensor-op math on
+// the same fp32 tensors. bf16 and fp16 convert the chunk's fp32 inputs (x or its staged copy,
+// w, dy) into 16-bit copies with our own kernel (to_16bit), run cuDNN on 16-bit tensors with fp32
+// compute (CUDNN_DATA_FLOAT), and convert the 16-bit results back (from_16bit): overwritten, or
+// added into dx and into dW over the chunks, in fp32; bias stays fp32. The copies live in the
+// workspace beside the staged copy (work_get), and chunks are cut so that they stay within
+// ctx->work_limit, like the staged copy: nothing is allocated per step. Where cuDNN supports no
+// 16-bit algorithm for a geometry, that convolution falls back to fp32 and says so once on
+// stderr. GALLEY_CUDNN_AUTOTUNE times fp32 and tf32 entries only; 16-bit ones use heuristics.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,13 +80,16 @@ typedef struct {
 } cv_layout;
 
 typedef struct {
-    int64_t n;  // samples per call (a chunk)
+    int64_t n;     // samples per call (a chunk)
+    int64_t prec;  // PRECISION_* in effect when the entry was made
     cv_geom g;
 } cv_key;
 
 typedef struct {
     cv_key key;
     cv_layout L;
+    bool half;  // descriptors are bf16/fp16 (key.prec asks for it and cuDNN supports it)
+    bool said;  // this entry printed the fp32 fallback line
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
@@ -91,12 +108,22 @@ static struct {
     int tune;   // 0: not read yet, 1: heuristics, 2: autotune (GALLEY_CUDNN_AUTOTUNE=1)
 } cv_cache;
 
-// The math type of every convolution: FMA only, so fp32 stays fp32 and matches the CPU.
-// (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores on Ampere and later.) An opt-in
-// TF32 mode would return CUDNN_TENSOR_OP_MATH here (or CUDNN_DEFAULT_MATH) and accept the
-// tensor-op results in pick(); CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION would further allow
-// down-conversion to fp16, which training in fp32 does not want.
-static cudnnMathType_t conv_math_type(void) { return CUDNN_FMA_MATH; }
+// The math type of a convolution: fp32 is FMA only, so fp32 stays fp32 and matches the CPU
+// (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores on Ampere and later). tf32, bf16
+// and fp16 allow tensor ops (TF32 on fp32 tensors, as PyTorch's allow_tf32 does; 16-bit MMA on
+// the 16-bit copies). Never CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: no silent fp32 -> fp16.
+static bool prec_is_half(int64_t prec) { return prec == PRECISION_BF16 || prec == PRECISION_FP16; }
+
+// Whether e computes in exact fp32: fp32 asked for, or a 16-bit entry that fell back.
+static bool entry_fp32(const cv_entry *e) {
+    return e->key.prec == PRECISION_FP32 || (prec_is_half(e->key.prec) && !e->half);
+}
+
+static cudnnMathType_t conv_math_type(const cv_entry *e) { return entry_fp32(e) ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH; }
+
+static const char *prec_name(int64_t prec) {
+    return prec == PRECISION_BF16 ? "bf16" : prec == PRECISION_FP16 ? "fp16" : prec == PRECISION_TF32 ? "tf32" : "fp32";
+}
 
 static bool autotune_on(void) {
     if (!cv_cache.tune) {
@@ -151,16 +178,21 @@ static size_t stage_bytes(const cv_layout *L, int64_t n) {
     return (sizeof(float) * (size_t)(n * L->xc_elems) + 255) / 256 * 256;
 }
 
-// Samples per cuDNN call: its tensors hold at most 2^31 elements; a staged copy also stays
-// within the workspace limit (at least one sample).
-static int64_t chunk_samples(const cv_layout *L, int64_t n) {
+// Bytes of n samples' 16-bit copies of one side (x-space: xc_elems, y-space: y_elems), aligned.
+static size_t half_bytes(int64_t elems) { return (sizeof(uint16_t) * (size_t)elems + 255) / 256 * 256; }
+
+// Samples per cuDNN call: its tensors hold at most 2^31 elements; a staged copy and the 16-bit
+// copies (half: bf16/fp16) also stay within the workspace limit (at least one sample).
+static int64_t chunk_samples(const cv_layout *L, int64_t n, bool half) {
     int64_t per = L->xc_elems > L->y_elems ? L->xc_elems : L->y_elems;
     if (per > INT32_MAX)
         gl_die(GL_EXIT_RUNTIME, "use smaller inputs or fewer channels for this layer, or set train.device: cpu",
                "a convolution sample has %lld elements, more than cuDNN's 2^31 per tensor", (long long)per);
     int64_t nb = INT32_MAX / per;
-    if (L->staged) {
-        int64_t cap = (int64_t)(cuda_ctx_get()->work_limit / (sizeof(float) * (size_t)L->xc_elems));
+    size_t sample_bytes = (L->staged ? sizeof(float) * (size_t)L->xc_elems : 0) +
+                          (half ? sizeof(uint16_t) * (size_t)(L->xc_elems + L->y_elems) : 0);
+    if (sample_bytes) {
+        int64_t cap = (int64_t)(cuda_ctx_get()->work_limit / sample_bytes);
         if (cap < 1) cap = 1;
         if (nb > cap) nb = cap;
     }
@@ -187,12 +219,16 @@ static void entry_describe(cv_entry *e) {
     }
     xstr[nd - 1] = ystr[nd - 1] = 1;  // packed
     for (int i = nd - 2; i >= 0; i--) xstr[i] = xstr[i + 1] * xdim[i + 1], ystr[i] = ystr[i + 1] * ydim[i + 1];
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->xd, CUDNN_DATA_FLOAT, nd, xdim, xstr));
-    CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->yd, CUDNN_DATA_FLOAT, nd, ydim, ystr));
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(e->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, nd, wdim));
+    // 16-bit tensors with fp32 compute (cuDNN's "pseudo-half" configurations), or fp32 throughout.
+    cudnnDataType_t dt = !e->half ? CUDNN_DATA_FLOAT
+                         : e->key.prec == PRECISION_BF16 ? CUDNN_DATA_BFLOAT16
+                                                         : CUDNN_DATA_HALF;
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->xd, dt, nd, xdim, xstr));
+    CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->yd, dt, nd, ydim, ystr));
+    CUDNN_CHECK(cudnnSetFilterNdDescriptor(e->wd, dt, CUDNN_TENSOR_NCHW, nd, wdim));
     CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(e->cd, sd, pad, str, dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(e->cd, to_int(g->groups)));
-    CUDNN_CHECK(cudnnSetConvolutionMathType(e->cd, conv_math_type()));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(e->cd, conv_math_type(e)));
     int got[5];
     CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(e->cd, e->xd, e->wd, nd, got));
     for (int i = 0; i < nd; i++)
@@ -205,12 +241,12 @@ static void entry_describe(cv_entry *e) {
                    (long long)g->s[2], (long long)g->d[2], (long long)g->p[2]);
 }
 
-// The cache entry of geometry g for chunks of n samples (descriptors set, algorithms chosen
-// lazily by entry_choose).
+// The cache entry of geometry g for chunks of n samples in the precision in effect (descriptors
+// set, algorithms chosen lazily by entry_choose).
 static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
     cv_key key;
     memset(&key, 0, sizeof key);
-    key.n = n, key.g = *g;
+    key.n = n, key.prec = cuda_ctx_get()->precision, key.g = *g;
     for (int i = 0; i < cv_cache.used; i++)
         if (memcmp(&cv_cache.e[i].key, &key, sizeof key) == 0) return &cv_cache.e[i];
     cv_entry *e;
@@ -228,9 +264,34 @@ static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
     }
     e->key = key;
     e->L = *L;
+    e->half = prec_is_half(key.prec);
+    e->said = false;
     for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
     entry_describe(e);
     return e;
+}
+
+// cuDNN supports no 16-bit algorithm for e's geometry: e runs in fp32 from now on (descriptors
+// re-set, every pass chosen again), said once per geometry and precision (other chunk sizes of
+// the same layer that fall back too stay quiet).
+static void entry_fall_back(cv_entry *e, int pass) {
+    bool said = false;
+    for (int i = 0; i < cv_cache.used; i++) {
+        const cv_entry *o = &cv_cache.e[i];
+        if (o->said && o->key.prec == e->key.prec && memcmp(&o->key.g, &e->key.g, sizeof o->key.g) == 0) said = true;
+    }
+    if (!said) {
+        const cv_geom *g = &e->key.g;
+        fprintf(stderr, "galley: cuDNN has no %s %s algorithm for the convolution %lld -> %lld channels (groups %lld), "
+                        "input %lldx%lldx%lld, output %lldx%lldx%lld, kernel %lldx%lldx%lld: it runs in fp32\n",
+                prec_name(e->key.prec), pass_names[pass], (long long)g->c, (long long)g->f, (long long)g->groups,
+                (long long)g->in[0], (long long)g->in[1], (long long)g->in[2], (long long)g->out[0],
+                (long long)g->out[1], (long long)g->out[2], (long long)g->k[0], (long long)g->k[1], (long long)g->k[2]);
+        e->said = true;
+    }
+    e->half = false;
+    for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
+    entry_describe(e);
 }
 
 // ---- algorithm choice -------------------------------------------------------------------------
@@ -250,16 +311,18 @@ static cudnnStatus_t ws_size(const cv_entry *e, int pass, int algo, size_t *byte
 }
 
 // The first usable result in cuDNN's order (heuristic rank or measured time): it ran or is
-// supported, uses no tensor-op (TF32) math, and its workspace fits limit; deterministic ones
-// first, so repeated runs give the same bits.
+// supported, uses no tensor-op math in fp32 (TF32) and never down-converts fp32, and its
+// workspace fits limit; deterministic ones first, so repeated runs give the same bits.
 template <typename Perf>
 static bool pick(cv_entry *e, int pass, const Perf *perf, int got, size_t limit) {
+    bool fp32 = entry_fp32(e);
     for (int strict = 1; strict >= 0; strict--)
         for (int i = 0; i < got; i++) {
             const Perf *r = &perf[i];
             if (r->status != CUDNN_STATUS_SUCCESS) continue;
             if (strict && r->determinism != CUDNN_DETERMINISTIC) continue;
-            if (r->mathType == CUDNN_TENSOR_OP_MATH || r->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+            if (r->mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+            if (fp32 && r->mathType == CUDNN_TENSOR_OP_MATH) continue;
             size_t bytes = 0;
             if (ws_size(e, pass, (int)r->algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > limit) continue;
             e->algo[pass] = (int)r->algo, e->ws[pass] = bytes;
@@ -268,24 +331,33 @@ static bool pick(cv_entry *e, int pass, const Perf *perf, int got, size_t limit)
     return false;
 }
 
+// A heuristic query's status: fatal in fp32 and tf32; with 16-bit descriptors a failure (e.g.
+// CUDNN_STATUS_NOT_SUPPORTED) means "not in 16 bits", and the caller falls back to fp32.
+#define DNN_QUERY(e, call)                                                     \
+    do {                                                                       \
+        cudnnStatus_t st_ = (call);                                            \
+        if (st_ != CUDNN_STATUS_SUCCESS && (e)->half) return false;            \
+        cuda_check_dnn_at(st_, #call, __FILE__, __LINE__);                     \
+    } while (0)
+
 static bool choose_heuristic(cv_entry *e, int pass, size_t limit) {
     cudnnHandle_t h = cuda_ctx_get()->cudnn;
     int got = 0;
     if (pass == PASS_FWD) {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, e->xd, e->wd, e->cd, e->yd,
-                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
+        DNN_QUERY(e, cudnnGetConvolutionForwardAlgorithm_v7(h, e->xd, e->wd, e->cd, e->yd,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
         return pick(e, pass, perf, got, limit);
     }
     if (pass == PASS_DATA) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->wd, e->yd, e->cd, e->xd,
-                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
+        DNN_QUERY(e, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, e->wd, e->yd, e->cd, e->xd,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf));
         return pick(e, pass, perf, got, limit);
     }
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->xd, e->yd, e->cd, e->wd,
-                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
+    DNN_QUERY(e, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, e->xd, e->yd, e->cd, e->wd,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf));
     return pick(e, pass, perf, got, limit);
 }
 
@@ -358,11 +430,21 @@ static bool choose_fallback(cv_entry *e, int pass) {
     return false;
 }
 
-// Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning).
+// Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning, which
+// 16-bit entries skip: their tensors are fp32 here). A 16-bit entry without any algorithm for
+// pass falls back to fp32 and chooses again.
 static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
     if (e->chosen[pass]) return;
     size_t limit = cuda_ctx_get()->work_limit;
-    bool ok = autotune_on() ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+    bool ok = autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+    if (!ok && e->half && !choose_fallback(e, pass)) {
+        bool had[PASS_COUNT];
+        memcpy(had, e->chosen, sizeof had);
+        entry_fall_back(e, pass);
+        for (int p = 0; p < PASS_COUNT; p++)  // passes already chosen in 16 bits: again in fp32
+            if (had[p] && p != pass) entry_choose(e, p, t);
+        ok = autotune_on() ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+    }
     if (!ok && !choose_fallback(e, pass)) {
         const cv_geom *g = &e->key.g;
         gl_die(GL_EXIT_RUNTIME, "set train.device: cpu for this model, and please report the recipe",
@@ -375,19 +457,33 @@ static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
     e->chosen[pass] = true;
 }
 
-// The workspace of one chunk: the staged copy (NULL when none), then cuDNN's part, large
-// enough for every pass in `passes` (a bit mask). Valid until the next cuda_workspace call.
+// The workspace of one chunk: the staged copy (NULL when none), the 16-bit copies (NULL unless
+// e->half): x-space x16 [n, C, xc], y-space y16 [n, F, out], the weight w16 and its gradient
+// dw16; then cuDNN's part, large enough for every pass in `passes` (a bit mask). Valid until the
+// next cuda_workspace call.
 typedef struct {
     float *stage;
+    uint16_t *x16, *y16, *w16, *dw16;
     void *ws;
 } cv_work;
 
 static cv_work work_get(const cv_entry *e, unsigned passes) {
     size_t stage = stage_bytes(&e->L, e->key.n), need = 0;
+    size_t hx = e->half ? half_bytes(e->key.n * e->L.xc_elems) : 0, hy = e->half ? half_bytes(e->key.n * e->L.y_elems) : 0;
+    size_t hw = e->half ? half_bytes(e->L.w_elems) : 0;
     for (int p = 0; p < PASS_COUNT; p++)
         if (passes >> p & 1u && e->ws[p] > need) need = e->ws[p];
-    char *base = (char *)cuda_workspace(stage + need);
-    cv_work w = {e->L.staged ? (float *)base : NULL, base + stage};
+    char *base = (char *)cuda_workspace(stage + hx + hy + 2 * hw + need);
+    cv_work w;
+    memset(&w, 0, sizeof w);
+    w.stage = e->L.staged ? (float *)base : NULL;
+    if (e->half) {
+        w.x16 = (uint16_t *)(base + stage);
+        w.y16 = (uint16_t *)(base + stage + hx);
+        w.w16 = (uint16_t *)(base + stage + hx + hy);
+        w.dw16 = (uint16_t *)(base + stage + hx + hy + hw);
+    }
+    w.ws = base + stage + hx + hy + 2 * hw;
     return w;
 }
 
@@ -525,9 +621,112 @@ static void x_output(const cv_entry *e, const cv_work *w, float *dst, bool accum
     CU_LAUNCHED();
 }
 
+// x[count] fp32 -> h[count] as bf16 (bf16 != 0) or fp16 bits, rounded to nearest even
+// (fp16: beyond +-65504 becomes Inf, which fp16's loss scaling detects in the gradients)
+__global__ static void to_16bit(int64_t count, int bf16, const float *x, uint16_t *h) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        h[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
+}
+
+// h[count] (bf16 or fp16 bits) -> x[count] fp32, overwritten or accumulated (exact widening)
+__global__ static void from_16bit(int64_t count, int bf16, const uint16_t *h, float *x, int accumulate) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
+        x[i] = accumulate ? x[i] + v : v;
+    }
+}
+
+// count fp32 values of x -> e's 16-bit type in h
+static void half_in(const cv_entry *e, int64_t count, const float *x, uint16_t *h) {
+    if (count <= 0) return;
+    to_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(
+        count, e->key.prec == PRECISION_BF16, x, h);
+    CU_LAUNCHED();
+}
+
+// count 16-bit results of h -> fp32 x, overwritten or accumulated
+static void half_out(const cv_entry *e, int64_t count, const uint16_t *h, float *x, bool accumulate) {
+    if (count <= 0) return;
+    from_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(
+        count, e->key.prec == PRECISION_BF16, h, x, accumulate ? 1 : 0);
+    CU_LAUNCHED();
+}
+
+// A 16-bit x-space result in w->x16 (n samples of xc) -> dst (n samples of x): through the
+// staged copy when e stages, overwritten or accumulated.
+static void half_x_output(const cv_entry *e, const cv_work *w, float *dst, bool accumulate) {
+    if (!e->L.staged) {
+        half_out(e, e->key.n * e->L.x_elems, w->x16, dst, accumulate);
+        return;
+    }
+    half_out(e, e->key.n * e->L.xc_elems, w->x16, w->stage, false);  // the staged input is no longer needed
+    x_output(e, w, dst, accumulate);
+}
+
 static int64_t spatial(const int64_t v[3]) { return v[0] * v[1] * v[2]; }
 
 static const float one = 1.0f, zero = 0.0f;
+
+// ---- one chunk's cuDNN calls, in fp32 (or tf32) or on 16-bit copies ----------------------------
+
+// Forward of the convolution: x-space xin (fp32, staged if need be) and w -> y-space ys, overwritten.
+static void run_forward(const cv_entry *e, const cv_work *wk, const float *xin, const float *w, float *ys,
+                        bool accumulate) {
+    cuda_ctx *cx = cuda_ctx_get();
+    cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD];
+    if (!e->half) {
+        CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, xin, e->wd, w, e->cd, algo, wk->ws,
+                                            e->ws[PASS_FWD], accumulate ? &one : &zero, e->yd, ys));
+        return;
+    }
+    half_in(e, e->key.n * e->L.xc_elems, xin, wk->x16);
+    half_in(e, e->L.w_elems, w, wk->w16);
+    CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, wk->x16, e->wd, wk->w16, e->cd, algo, wk->ws,
+                                        e->ws[PASS_FWD], &zero, e->yd, wk->y16));
+    half_out(e, e->key.n * e->L.y_elems, wk->y16, ys, accumulate);
+}
+
+// Weight gradient: x-space xin and y-space dys -> dw, overwritten (first chunk) or accumulated.
+// 16-bit: the x16 and y16 copies are made here and left for run_data.
+static void run_filter(const cv_entry *e, const cv_work *wk, const float *xin, const float *dys, float *dw,
+                       bool accumulate) {
+    cuda_ctx *cx = cuda_ctx_get();
+    cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILTER];
+    if (!e->half) {
+        CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, xin, e->yd, dys, e->cd, algo, wk->ws,
+                                                   e->ws[PASS_FILTER], accumulate ? &one : &zero, e->wd, dw));
+        return;
+    }
+    half_in(e, e->key.n * e->L.xc_elems, xin, wk->x16);
+    half_in(e, e->key.n * e->L.y_elems, dys, wk->y16);
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, wk->x16, e->yd, wk->y16, e->cd, algo, wk->ws,
+                                               e->ws[PASS_FILTER], &zero, e->wd, wk->dw16));
+    half_out(e, e->L.w_elems, wk->dw16, dw, accumulate);  // the chunks add up in fp32
+}
+
+// Input gradient of the convolution: w and y-space dys -> x-space dxs (n samples of x),
+// overwritten or accumulated, through the staged copy when e stages. 16-bit: y16 must already
+// hold dys (run_filter, or have_dy false to make it here); the result goes through x16.
+static void run_data(const cv_entry *e, const cv_work *wk, const float *w, const float *dys, float *dxs,
+                     bool accumulate, bool have_dy) {
+    cuda_ctx *cx = cuda_ctx_get();
+    cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA];
+    if (!e->half) {
+        // Staged: cuDNN's result goes to the copy (the staged x is no longer needed; the stream
+        // orders the two), then is added back or copied out at x's offset.
+        bool direct = !e->L.staged;
+        CUDNN_CHECK(cudnnConvolutionBackwardData(cx->cudnn, &one, e->wd, w, e->yd, dys, e->cd, algo, wk->ws,
+                                                 e->ws[PASS_DATA], direct && accumulate ? &one : &zero, e->xd,
+                                                 direct ? dxs : wk->stage));
+        if (!direct) x_output(e, wk, dxs, accumulate);
+        return;
+    }
+    if (!have_dy) half_in(e, e->key.n * e->L.y_elems, dys, wk->y16);
+    half_in(e, e->L.w_elems, w, wk->w16);
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cx->cudnn, &one, e->wd, wk->w16, e->yd, wk->y16, e->cd, algo, wk->ws,
+                                             e->ws[PASS_DATA], &zero, e->xd, wk->x16));
+    half_x_output(e, wk, dxs, accumulate);
+}
 
 // ---- the backend's entry points (shapes in backend.h; scratch is the CPU's im2col space) -------
 
@@ -537,22 +736,17 @@ void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const in
                        const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
     if (n <= 0) return;
-    cuda_ctx *cx = cuda_ctx_get();
     cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half());
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
         const float *xs = x + s0 * L.x_elems;
-        float *ys = y + s0 * L.y_elems;
         cv_entry *e = entry_get(&g, &L, m);
         cv_data t = {xs, w, NULL};
         entry_choose(e, PASS_FWD, &t);
         cv_work wk = work_get(e, 1u << PASS_FWD);
-        const float *xin = x_input(e, &wk, xs);
-        CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, xin, e->wd, w, e->cd,
-                                            (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], wk.ws, e->ws[PASS_FWD], &zero,
-                                            e->yd, ys));
+        run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false);
     }
     if (b) bias_forward(n, f, spatial(out), b, y);
 }
@@ -571,7 +765,7 @@ void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const i
         CU_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)L.w_elems, cx->stream));
         return;
     }
-    int64_t nb = chunk_samples(&L, n);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half());
     unsigned passes = 1u << PASS_FILTER | (dx ? 1u << PASS_DATA : 0u);
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
@@ -581,18 +775,8 @@ void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const i
         entry_choose(e, PASS_FILTER, &t);
         if (dx) entry_choose(e, PASS_DATA, &t);
         cv_work wk = work_get(e, passes);
-        const float *xin = x_input(e, &wk, xs);
-        CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, xin, e->yd, dys, e->cd,
-                                                   (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILTER], wk.ws,
-                                                   e->ws[PASS_FILTER], s0 ? &one : &zero, e->wd, dw));
-        if (!dx) continue;
-        float *dxs = dx + s0 * L.x_elems;
-        // Staged: cuDNN's dx goes to the copy (the staged x is no longer needed; the stream
-        // orders the two), then is added back at x's offset.
-        CUDNN_CHECK(cudnnConvolutionBackwardData(
-            cx->cudnn, &one, e->wd, w, e->yd, dys, e->cd, (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA], wk.ws,
-            e->ws[PASS_DATA], L.staged ? &zero : &one, e->xd, L.staged ? wk.stage : dxs));
-        if (L.staged) x_output(e, &wk, dxs, true);
+        run_filter(e, &wk, x_input(e, &wk, xs), dys, dw, s0 > 0);
+        if (dx) run_data(e, &wk, w, dys, dx + s0 * L.x_elems, true, true);
     }
 }
 
@@ -604,30 +788,25 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
                                  float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
     if (n <= 0) return;
-    cuda_ctx *cx = cuda_ctx_get();
     cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half());
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
         const float *xs = x + s0 * L.y_elems;
-        float *ys = y + s0 * L.x_elems;
         cv_entry *e = entry_get(&g, &L, m);
         cv_data t = {NULL, w, xs};
         entry_choose(e, PASS_DATA, &t);
         cv_work wk = work_get(e, 1u << PASS_DATA);
         // Positions past the convolution's reach (output_padding) come out as 0, then get the bias.
-        CUDNN_CHECK(cudnnConvolutionBackwardData(cx->cudnn, &one, e->wd, w, e->yd, xs, e->cd,
-                                                 (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA], wk.ws,
-                                                 e->ws[PASS_DATA], &zero, e->xd, L.staged ? wk.stage : ys));
-        if (L.staged) x_output(e, &wk, ys, false);
+        run_data(e, &wk, w, xs, y + s0 * L.x_elems, false, false);
     }
     if (b) bias_forward(n, f, spatial(out), b, y);
 }
 
 // dw[C, F/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none): the
 // convolution F -> C from out to in run on dy (its x-space): BackwardFilter for dw, Forward
-// (beta = 1) for dx.
+// (accumulating) for dx.
 void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
                                   const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                   const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
@@ -641,7 +820,7 @@ void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t group
         CU_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)L.w_elems, cx->stream));
         return;
     }
-    int64_t nb = chunk_samples(&L, n);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half());
     unsigned passes = 1u << PASS_FILTER | (dx ? 1u << PASS_FWD : 0u);
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
@@ -652,12 +831,8 @@ void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t group
         if (dx) entry_choose(e, PASS_FWD, &t);
         cv_work wk = work_get(e, passes);
         const float *din = x_input(e, &wk, dys);
-        CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, din, e->yd, xs, e->cd,
-                                                   (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILTER], wk.ws,
-                                                   e->ws[PASS_FILTER], s0 ? &one : &zero, e->wd, dw));
-        if (dx)
-            CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, din, e->wd, w, e->cd,
-                                                (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], wk.ws, e->ws[PASS_FWD],
-                                                &one, e->yd, dx + s0 * L.y_elems));
+        run_filter(e, &wk, din, xs, dw, s0 > 0);
+        // 16-bit: run_forward converts din again into x16 (run_filter's copy is the same values).
+        if (dx) run_forward(e, &wk, din, w, dx + s0 * L.y_elems, true);
     }
 }

@@ -46,6 +46,7 @@ int cuda_dl_load(char *msg, size_t len) {
     libname = "cuBLAS";
     if (!lib) return -1;
     GL_CUBLAS_FUNCS(GL_DL_SYM)
+    GL_CUBLAS_TYPED_FUNCS(GL_DL_SYM)
 #pragma pop_macro("GL_DL_REDIRECT")
     gl_dl = loaded;
     return 0;

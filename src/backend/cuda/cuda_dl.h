@@ -30,10 +30,19 @@
     X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasGetVersion_v2)         \
     X(cublasSetMathMode) X(cublasSgemm_v2) X(cublasSgemmStridedBatched) X(cublasGetStatusString)
 
+// Functions that cublas_api.h overloads in C++ (an inline wrapper of the same name), so
+// decltype(&::name) would be ambiguous: their members are typed by hand, loaded the same way.
+typedef cublasStatus_t (*gl_cublas_gemm_ex_t)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                              const void *, const void *, cudaDataType, int, const void *,
+                                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                                              cublasComputeType_t, cublasGemmAlgo_t);
+#define GL_CUBLAS_TYPED_FUNCS(X) X(cublasGemmEx)
+
 #define GL_DL_MEMBER(name) decltype(&::name) name;
 typedef struct {
     GL_CUDNN_FUNCS(GL_DL_MEMBER)
     GL_CUBLAS_FUNCS(GL_DL_MEMBER)
+    gl_cublas_gemm_ex_t cublasGemmEx;
 } gl_cuda_dl;
 #undef GL_DL_MEMBER
 
@@ -88,5 +97,6 @@ int cuda_dl_load(char *msg, size_t len);
 #define cublasSgemm_v2 GL_DL_REDIRECT(cublasSgemm_v2)
 #define cublasSgemmStridedBatched GL_DL_REDIRECT(cublasSgemmStridedBatched)
 #define cublasGetStatusString GL_DL_REDIRECT(cublasGetStatusString)
+#define cublasGemmEx GL_DL_REDIRECT(cublasGemmEx)
 
 #endif

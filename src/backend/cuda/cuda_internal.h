@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_dl.h"
 #include "galley/backend.h"
+#include "galley/recipe.h"  // PRECISION_*
 
 typedef struct {
     int device;            // CUDA ordinal
@@ -34,6 +35,7 @@ typedef struct {
     double *red;           // device partial sums for losses and norms: red_count doubles
     int64_t red_count;
     double *red_host;      // pinned host mirror of red
+    int precision;         // PRECISION_* of recipe.h in effect for dense and conv (set_precision; fp32 at bind)
 } cuda_ctx;
 
 cuda_ctx *cuda_ctx_get(void);
@@ -64,6 +66,13 @@ static inline unsigned cuda_grid(int64_t n, int block) {
     return (unsigned)g;
 }
 #define GL_BLOCK 256
+
+// The arithmetic of the GEMM-shaped kernels (backend.h's set_precision), for cuda_dense.cu
+// and cuda_conv.cu: fp32 unless tf32, bf16 or fp16 was set.
+static inline bool cuda_is_half(void) {
+    int p = cuda_ctx_get()->precision;
+    return p == PRECISION_BF16 || p == PRECISION_FP16;
+}
 
 // ---- kernels: one file per family, in the order of backend.h ----
 // cuda_dense.cu
