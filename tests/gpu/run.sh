@@ -8,9 +8,15 @@
 #   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
 #   3. tests: unit/test_cuda_ops (every kernel against the CPU backend) and e2e/test_cuda_train
-#      (every layer kind: training losses on the GPU against the CPU);
-#   4. the benchmark: tests/bench/gpu/run.sh (galley against PyTorch where PyTorch is installed).
-# Each part has its own time limit; the whole run stays under 8 minutes. Everything is logged to
+#      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
+#      tf32 trainings whose loss must go down);
+#   4. the benchmark: tests/bench/gpu/run.sh (galley, in bf16 by default, against PyTorch where
+#      PyTorch is installed).
+# Each part has its own time limit and none runs past 470 s after the start, so the whole run
+# stays under 8 minutes: the build at most 240 s (configure and compile together), test_cuda_ops
+# 120 s, test_cuda_train 300 s (each cut to the time left; test_cuda_ops keeps 120 s of it for
+# test_cuda_train), the benchmark what is left after the tests (BENCH_SECONDS; its own default
+# BENCH_BUDGET of 240 s at most; skipped with 60 s or less). Everything is logged to
 # OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -20,6 +26,16 @@ LOG=$OUT_DIR/gpu-run.log
 exec > >(tee "$LOG") 2>&1
 T0=$SECONDS
 say() { echo "== [$((SECONDS - T0)) s] $*"; }
+END=470 # seconds after the start by which every part has ended (8 minutes less a margin)
+# limit CAP [RESERVE]: a part's time limit: CAP seconds, or what is left before END less RESERVE
+# (kept for the parts after it) when that is shorter; at least 1 (timeout 0 would mean no limit)
+limit() {
+    local l=$((END - (SECONDS - T0) - ${2:-0}))
+    ((l > $1)) && l=$1
+    ((l < 1)) && l=1
+    echo "$l"
+}
+timed_out() { [[ $1 == 124 ]] && echo " (timed out after $2 s)"; }
 status=0
 
 say "1. machine"
@@ -32,9 +48,10 @@ done
 say "2. build"
 if [[ -z $GALLEY ]]; then
     if command -v cmake >/dev/null && { command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; }; then
-        timeout 240 cmake -S "$ROOT" -B "$ROOT/build-gpu" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
+        build_end=$((SECONDS + 240)) # configure and compile share 240 s
+        timeout "$(limit 240)" cmake -S "$ROOT" -B "$ROOT/build-gpu" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real \
             >"$OUT_DIR/build.log" 2>&1 &&
-            timeout 240 cmake --build "$ROOT/build-gpu" -j"$(nproc)" >>"$OUT_DIR/build.log" 2>&1 &&
+            timeout "$(limit $((build_end - SECONDS)))" cmake --build "$ROOT/build-gpu" -j"$(nproc)" >>"$OUT_DIR/build.log" 2>&1 &&
             GALLEY=$ROOT/build-gpu/galley
         [[ -n $GALLEY ]] || { tail -20 "$OUT_DIR/build.log"; say "build failed"; exit 1; }
     else
@@ -47,22 +64,24 @@ say "galley: $GALLEY"
 
 say "3a. unit/test_cuda_ops"
 if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
-    (cd "$BUILD/tests/unit" && timeout 120 ./test_cuda_ops)
+    lim=$(limit 120 120) # leaves test_cuda_train at least 120 s
+    (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_ops)
     rc=$?
-    say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')"
+    say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
     [[ $rc == 0 ]] || status=1
 else
     say "test_cuda_ops not built"; status=1
 fi
 
 say "3b. e2e/test_cuda_train"
-GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout 180 bash "$ROOT/tests/e2e/test_cuda_train.sh"
+lim=$(limit 300)
+GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout "$lim" bash "$ROOT/tests/e2e/test_cuda_train.sh"
 rc=$?
-say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')"
+say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
 [[ $rc == 0 ]] || status=1
 
 say "4. benchmark"
-left=$((470 - (SECONDS - T0)))
+left=$((END - (SECONDS - T0)))
 if [[ -f $ROOT/tests/bench/gpu/run.sh && $left -gt 60 ]]; then
     GALLEY=$GALLEY BENCH_SECONDS=$left timeout "$left" bash "$ROOT/tests/bench/gpu/run.sh" "$OUT_DIR/gpu-bench.md"
     say "benchmark: exit $?"

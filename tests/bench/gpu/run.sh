@@ -9,9 +9,11 @@
 #
 # Models: the SC22 3D U-Net (recipes/unet3d.yaml, 64^3 crops, batch 64) and ResNet-18 (CIFAR
 # form, recipes/resnet18.yaml, 32x32, batch 128). Columns, each its own process:
-#   galley fp32        `galley train RECIPE train.device=cuda ...` on the recipe's synthetic data
-#                      (its host data pipeline, the gather and upload of every batch, is timed);
-#                      galley is fp32 only today, no TF32 and no bf16.
+#   galley PREC        `galley train RECIPE train.device=cuda train.precision=PREC ...` on the
+#                      recipe's synthetic data (its host data pipeline, the gather and upload of
+#                      every batch, is timed); PREC is BENCH_GALLEY_PRECISION, default bf16 (what
+#                      `auto` picks on compute capability 8.0+: 16-bit operands and fp32
+#                      accumulation in dense and conv layers, activations stored in fp32).
 #   torch fp32 eager   tests/bench/gpu/torch_gpu_bench.py --mode fp32: strict fp32 (TF32 off), the
 #                      like-for-like column;
 #   torch AMP eager    --mode amp: autocast bf16, channels-last;
@@ -29,7 +31,8 @@
 # less the idle value before it started), plus torch.cuda.max_memory_allocated and galley's
 # own report when it gives one. TFLOP/s = samples/s x 3 x forward FLOPs per sample (convs and
 # dense, counted from the layer shapes), against the H200's dense bf16 peak (989 TFLOP/s, SXM)
-# and, for the fp32 columns, its fp32 non-tensor peak (67 TFLOP/s).
+# and, for torch fp32 and galley in fp32 or tf32, its fp32 non-tensor peak (67 TFLOP/s) or its
+# dense TF32 peak (494 TFLOP/s); galley in bf16 or fp16 against the bf16 peak (fp16's is the same).
 #
 # Time: each run gets a time box, a share of the time left in proportion to its weight
 # (galley 3, torch eager 2 each, first compile 5, later compiles 4 and only with 40 s or more);
@@ -47,9 +50,13 @@
 #   BENCH_UNET_FALLBACK the U-Net's batch when galley runs out of GPU memory (default 16)
 #   BENCH_COMPILE_MODES torch.compile modes to try, in order (default "reduce-overhead
 #                       max-autotune"): the first for every model, the others as time allows
-#   BENCH_PEAK_BF16, BENCH_PEAK_FP32   TFLOP/s peaks (default 989 and 67: an H200 SXM)
+#   BENCH_GALLEY_PRECISION  galley's train.precision: fp32, tf32, bf16 (default: the product's
+#                       default on an H200) or fp16; always passed on galley's command line
+#   BENCH_PEAK_BF16, BENCH_PEAK_TF32, BENCH_PEAK_FP32   TFLOP/s peaks (default 989, 494 and 67:
+#                       an H200 SXM; bf16 and tf32 dense tensor-core, fp32 non-tensor)
 #   BENCH_DEVICE        cuda (default); cpu runs both frameworks on the CPU: only to try this
-#                       script's plumbing without a GPU (with a stand-in nvidia-smi on PATH)
+#                       script's plumbing without a GPU (with a stand-in nvidia-smi on PATH);
+#                       galley then runs train.precision=fp32 (the CPU trains in fp32 only)
 # Output: the tables on stdout and in RESULTS_MD; when RESULTS_MD is given, every run's log too,
 # in a folder beside it (OUT/gpu-bench.md -> OUT/gpu-bench-logs/).
 set -uo pipefail
@@ -74,6 +81,18 @@ COMPILE_MODES=${BENCH_COMPILE_MODES:-"reduce-overhead max-autotune"}
 GPU_ID=${CUDA_VISIBLE_DEVICES:-0}
 GPU_ID=${GPU_ID%%,*}
 DEVICE=${BENCH_DEVICE:-cuda}
+GPREC=${BENCH_GALLEY_PRECISION:-bf16} # galley's train.precision
+case $GPREC in
+    fp32 | tf32 | bf16 | fp16) ;;
+    *)
+        echo "run.sh: BENCH_GALLEY_PRECISION=$GPREC: not one of fp32, tf32, bf16, fp16" >&2
+        exit 2
+        ;;
+esac
+if [[ $DEVICE == cpu && $GPREC != fp32 ]]; then
+    echo "run.sh: BENCH_DEVICE=cpu: galley runs train.precision=fp32, not $GPREC (the CPU trains in fp32 only)"
+    GPREC=fp32
+fi
 WARMUP=3 # galley steps left out of its steady-state rate (the same count as torch's eager warm-up)
 WORK=$(mktemp -d /tmp/galley-gpu-bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -110,7 +129,7 @@ else
     GALLEY_OK=1
 fi
 GALLEY_VERSION=$([[ -x $GALLEY ]] && "$GALLEY" --version 2>/dev/null | head -1)
-say "galley: ${GALLEY_VERSION:-none} ($GALLEY)${GALLEY_WHY:+: $GALLEY_WHY}"
+say "galley: ${GALLEY_VERSION:-none} ($GALLEY)${GALLEY_WHY:+: $GALLEY_WHY}; it runs train.precision=$GPREC"
 
 # Parameter count and forward MFLOPs per sample, as `galley check` prints them in its summary
 # ("#   total: 116977029 parameters (446.2 MiB), 2.718e+04 MFLOPs forward per sample, ...").
@@ -169,7 +188,7 @@ record() { # MODEL KIND BATCH BOX LOG NOTE
 
 run_galley() { # MODEL BOX
     local m=$1 box=$2 b=${BATCH[$1]}
-    local log="$WORK/logs/$m-galley-b$b.log"
+    local log="$WORK/logs/$m-galley-$GPREC-b$b.log"
     # Steps to fill about 40 % of the box at a guessed 20 TFLOP/s (the rest is start-up: data
     # generation, CUDA and cuDNN set-up); a wrong guess only makes the timed part shorter, or
     # longer and then killed at the box, when the printed steps still give the rate.
@@ -178,8 +197,8 @@ run_galley() { # MODEL BOX
         'BEGIN { sps = 20e12 / (3 * f * 1e6); n = int(t * sps / b); if (n < 5) n = 5; if (n > 3000) n = 3000; print w + n }')
     local train_size=$b
     [[ $m == resnet18 ]] && train_size=$((8 * b)) # cheap 32x32 images: several batches an epoch
-    say "$m galley fp32, batch $b, $steps steps (box $box s)"
-    measure "$box" "$log" "$GALLEY" train "$(recipe_of "$m")" train.device="$DEVICE" train.steps="$steps" \
+    say "$m galley $GPREC, batch $b, $steps steps (box $box s)"
+    measure "$box" "$log" "$GALLEY" train "$(recipe_of "$m")" train.device="$DEVICE" train.precision="$GPREC" train.steps="$steps" \
         train.batch_size="$b" data.synthetic.train_size="$train_size" data.synthetic.val_size=1 \
         train.eval_every=1000000000 'train.target={metric: none}' log.files=false log.every=1 \
         checkpoint.at_end=false
@@ -257,7 +276,7 @@ for ((i = 0; i < ${#QM[@]}; i++)); do
         note="skipped: $l s left"
         [[ $k == compile:* ]] && note+="; mode ${k#compile:}"
         record "$m" "${k%%:*}" "${BATCH[$m]}" "$box" "" "$note"
-        say "$m $k skipped: $l s left"
+        say "$m ${k/#galley/galley $GPREC} skipped: $l s left"
         continue
     fi
     case $k in
@@ -287,8 +306,8 @@ if [[ -z $PY ]]; then
 fi
 NOTES=$(for m in $MODELS; do [[ -n ${NOTE[$m]:-} ]] && printf '%s: %s\n' "$m" "${NOTE[$m]}"; done)
 FACTS=$(for m in $MODELS; do printf '%s %s %s\n' "$m" "${PARAMS[$m]:-0}" "${MFLOPS[$m]:-0}"; done)
-export RUNS RESULTS MODELS GPU_DESC GALLEY_VERSION GALLEY_WHY TORCH_VERSION TORCH_PY NOTES FACTS WARMUP BUDGET
-export PEAK_BF16=${BENCH_PEAK_BF16:-989} PEAK_FP32=${BENCH_PEAK_FP32:-67} RUN_S=$((SECONDS - T0))
+export RUNS RESULTS MODELS GPU_DESC GALLEY_VERSION GALLEY_WHY TORCH_VERSION TORCH_PY NOTES FACTS WARMUP BUDGET GPREC DEVICE
+export PEAK_BF16=${BENCH_PEAK_BF16:-989} PEAK_TF32=${BENCH_PEAK_TF32:-494} PEAK_FP32=${BENCH_PEAK_FP32:-67} RUN_S=$((SECONDS - T0))
 RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 export RUN_DATE
 "$PY" -W ignore - <<'EOF'
@@ -296,7 +315,11 @@ import json, os, re
 
 E = os.environ
 models = E["MODELS"].split()
-peak16, peak32 = float(E["PEAK_BF16"]), float(E["PEAK_FP32"])
+peak16, peak32, peaktf = float(E["PEAK_BF16"]), float(E["PEAK_FP32"]), float(E["PEAK_TF32"])
+gprec = E["GPREC"]
+gname = f"galley {gprec}"
+# galley's TFLOP/s share besides the bf16 one every column has: its own precision's peak
+gpeak = {"fp32": ("fp32", peak32), "tf32": ("tf32", peaktf)}.get(gprec)
 warm = int(E["WARMUP"])
 facts = {}
 for line in E["FACTS"].splitlines():
@@ -341,6 +364,8 @@ def parse_galley(r):
         r["params"] = int(p.group(1))
     dev = re.search(r"^\s+device (.+?), \d+ ranks?,", t, re.M)
     r["device"] = dev.group(1) if dev else "?"
+    pr = re.search(r"^\s+device .+?, \d+ ranks?, \d+ threads?, (\w+) \|", t, re.M)
+    r["precision"] = pr.group(1) if pr else "?"
     if "sps" not in r:
         errs = [l for l in t.splitlines() if re.search(r"error|fail|CUDA", l, re.I)]
         if r["rc"] == 137:
@@ -395,7 +420,7 @@ for r in order:
         runs[key] = r
 
 KINDS = ("galley", "fp32", "amp", "compile")
-NAMES = {"galley": "galley fp32", "fp32": "torch fp32 eager", "amp": "torch AMP bf16 eager",
+NAMES = {"galley": gname, "fp32": "torch fp32 eager", "amp": "torch AMP bf16 eager",
          "compile": "torch compiled AMP bf16"}
 
 
@@ -465,8 +490,10 @@ def cell_tflops(m, k):
         return "n/a"
     tf = v * 3 * f / 1e12
     s = f"{tf:.1f} ({100 * tf / peak16:.1f}% bf16"
-    if k in ("galley", "fp32"):
+    if k == "fp32":
         s += f", {100 * tf / peak32:.1f}% fp32"
+    elif k == "galley" and gpeak:
+        s += f", {100 * tf / gpeak[1]:.1f}% {gpeak[0]}"
     return s + ")"
 
 
@@ -499,15 +526,29 @@ out.append(f"Written by `tests/bench/gpu/run.sh` on {E['RUN_DATE']} in {E['RUN_S
            f"{' (' + E['GALLEY_WHY'] + ')' if E['GALLEY_WHY'] else ''}. "
            f"PyTorch: {E['TORCH_VERSION'] or 'not available (no python3 whose torch sees a GPU)'}.")
 out.append("")
-out.append("Galley trains in fp32 only today (no TF32, no bf16): its column compares like for like with "
-           "torch fp32 eager (TF32 off); the AMP and compiled columns run bf16 tensor cores. Galley's "
-           "time includes its data pipeline (gathering each batch on the host and uploading it); "
-           "PyTorch's batch already sits on the GPU.")
+if gprec == "fp32":
+    about = ("Galley runs `train.precision=fp32` (exact fp32, no TF32)"
+             + (" (BENCH_DEVICE=cpu: the CPU trains in fp32 only)" if E["DEVICE"] == "cpu" else "")
+             + ": its column compares like for like with torch fp32 eager (TF32 off); the AMP and "
+             "compiled columns run bf16 tensor cores.")
+elif gprec == "tf32":
+    about = ("Galley runs `train.precision=tf32` (TF32 tensor cores in its dense and conv layers, fp32 "
+             "elsewhere): between torch fp32 eager (TF32 off) and the AMP and compiled columns (bf16 "
+             "tensor cores).")
+else:
+    about = (f"Galley runs `train.precision={gprec}` (the default, `auto`, is bf16 on compute capability 8.0+): "
+             "mixed precision in its dense and conv layers (16-bit operands, fp32 accumulation"
+             + ("; dynamic loss scaling" if gprec == "fp16" else "")
+             + "), weights, optimizer and activations kept in fp32, so its memory is not halved. "
+             "Its like-for-like columns are torch AMP bf16 eager (autocast, channels-last) and compiled; "
+             "torch fp32 eager (TF32 off) is the strict fp32 reference.")
+out.append(about + " Galley's time includes its data pipeline (gathering each batch on the host and "
+           "uploading it); PyTorch's batch already sits on the GPU.")
 out.append("")
 out.append("## Throughput (training samples/s, higher is better)")
 out.append("")
-out.append(f"| model | batch | galley fp32 | torch fp32 eager | torch AMP bf16 eager | {cname} "
-           "| galley / torch fp32 | galley / AMP (target >= 1.2) | galley / compiled (target >= 1.0) |")
+out.append(f"| model | batch | {gname} | torch fp32 eager | torch AMP bf16 eager | {cname} "
+           f"| {gname} / torch fp32 | {gname} / AMP (target >= 1.2) | {gname} / compiled (target >= 1.0) |")
 out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for m in models:
     out.append(f"| {m} | {batch(m)} | " + " | ".join(cell_sps(m, k) for k in KINDS)
@@ -523,7 +564,7 @@ out.append("nvidia-smi memory.used, sampled every 0.25 s, less the idle value be
            "process (CUDA context, cuDNN workspaces, caching allocator). In parentheses: galley's own "
            "report, torch.cuda.max_memory_allocated over the timed steps.")
 out.append("")
-out.append(f"| model | galley fp32 | torch fp32 eager | torch AMP bf16 eager | {cname} | galley <= AMP and compiled |")
+out.append(f"| model | {gname} | torch fp32 eager | torch AMP bf16 eager | {cname} | {gname} <= AMP and compiled |")
 out.append("|---|---:|---:|---:|---:|---|")
 for m in models:
     g = get(m, "galley")
@@ -540,10 +581,12 @@ out.append("")
 out.append("## Achieved TFLOP/s")
 out.append("")
 out.append(f"samples/s x 3 x forward FLOPs per sample (convolutions and dense layers, from the layer shapes), "
-           f"in parentheses as a share of the GPU's dense bf16 peak ({peak16:g} TFLOP/s) and, for the fp32 "
-           f"columns, of its fp32 non-tensor peak ({peak32:g} TFLOP/s).")
+           f"in parentheses as a share of the GPU's dense bf16 peak ({peak16:g} TFLOP/s"
+           + (", fp16's is the same" if gprec == "fp16" else "") + ") and, for torch fp32 eager"
+           + (" and galley fp32" if gprec == "fp32" else "") + f", of its fp32 non-tensor peak ({peak32:g} TFLOP/s)"
+           + (f"; for galley tf32, of its dense TF32 peak ({peaktf:g} TFLOP/s)" if gprec == "tf32" else "") + ".")
 out.append("")
-out.append(f"| model | GFLOP forward per sample (torch count / galley check) | galley fp32 | torch fp32 eager "
+out.append(f"| model | GFLOP forward per sample (torch count / galley check) | {gname} | torch fp32 eager "
            f"| torch AMP bf16 eager | {cname} |")
 out.append("|---|---:|---:|---:|---:|---:|")
 for m in models:
@@ -569,7 +612,7 @@ for m in models:
 for m in models:
     g = get(m, "galley")
     if g and g.get("data_pct") is not None:
-        out.append(f"- {m}: galley spent {g['data_pct']:.1f}% of its training time waiting for data.")
+        out.append(f"- {m}: {gname} spent {g['data_pct']:.1f}% of its training time waiting for data.")
 out.append("")
 out.append("## Every run")
 out.append("")
@@ -578,9 +621,11 @@ out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 for r in order:
     v = r.get("sps")
     note = "; ".join(x for x in (r.get("note"), r.get("error")) if x)
+    if r["kind"] == "galley" and r.get("precision", "?") not in ("?", gprec):
+        note = f"its banner says precision {r['precision']}, not {gprec}" + (f"; {note}" if note else "")
     if r["kind"] == "galley" and not r.get("device", "?").startswith(("cuda", "?")):
         note = f"device {r['device']}; " + note
-    out.append(f"| {r['model']} | {r['kind']} | {r['batch']} | {r['rc']} | {r['wall']} | {r['box']} | "
+    out.append(f"| {r['model']} | {gname if r['kind'] == 'galley' else r['kind']} | {r['batch']} | {r['rc']} | {r['wall']} | {r['box']} | "
                f"{r.get('steps') or ''} | {r.get('warmup_s') or ''} | {f'{v:.1f}' if v else ''} | {note.replace('|', '/')} |")
 text_out = "\n".join(out) + "\n"
 open(E["RESULTS"], "w").write(text_out)
