@@ -145,7 +145,8 @@ int cmd_info(int argc, char **argv) {
     printf("galley %s\n", GALLEY_VERSION);
     printf("  version:     %s\n", GALLEY_VERSION);
     printf("  build:       %s%s\n", GALLEY_BUILD_TYPE, GALLEY_SANITIZE ? ", sanitizers: address,undefined" : "");
-    printf("  backends:    cpu%s\n", GALLEY_HAVE_CUDA ? ", cuda" : " (built without CUDA: nvcc was not found)");
+    printf("  backends:    cpu%s%s%s\n", GALLEY_HAVE_CUDA ? ", cuda" : " (built without CUDA: ",
+           GALLEY_HAVE_CUDA ? "" : GALLEY_CUDA_REASON, GALLEY_HAVE_CUDA ? "" : ")");
     char core[256];
     cpu_blas_core_describe(core, sizeof core);
     printf("  libraries:   libyaml %s, HDF5 %u.%u.%u, OpenBLAS %s (%s)\n", yaml_get_version_string(), maj, min, rel,

@@ -9,7 +9,7 @@
 // Built without nvcc: there is no CUDA backend to bind, and no profiler to start.
 const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
     (void)ordinal;
-    snprintf(msg, len, "this galley was built without CUDA (nvcc was not found at build time)");
+    snprintf(msg, len, "this galley was built without CUDA (%s)", GALLEY_CUDA_REASON);
     return NULL;
 }
 int prof_window(int64_t step, int64_t start_step, int64_t stop_step) {
