@@ -35,6 +35,11 @@ typedef struct {
     bool last;
     int64_t claimed, done, skipped;
     int failed;
+    // data.nonfinite: skip: the bad sample at the lowest position of this batch (its message),
+    // handed to skip_first when the batch is served, so "the first" follows the serving order
+    // and not which reader thread got there first
+    int64_t skip_pos;
+    char skip_msg[1024];
     float *x, *values;
     int32_t *labels;
     int64_t *samples;  // served (a skipped sample's replacement in its place)
@@ -361,7 +366,7 @@ static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, int *skipp
         if (!L->skip_nonfinite || !w->cur || !h5cursor_nonfinite(w->cur)) return -1;
         if (t == 0) {
             pthread_mutex_lock(&L->mu);
-            if (!L->skip_first[0]) snprintf(L->skip_first, sizeof L->skip_first, "%s", msg);
+            if (pos < s->skip_pos) s->skip_pos = pos, snprintf(s->skip_msg, sizeof s->skip_msg, "%s", msg);
             pthread_mutex_unlock(&L->mu);
         }
     }
@@ -387,6 +392,7 @@ static void start_batch(gl_loader *L, slot *f, int64_t k) {
     f->k = k, f->n = cnt, f->global_n = len, f->epoch = epoch, f->index = index;
     f->last = index == L->bpe - 1;
     f->claimed = f->done = f->skipped = 0;
+    f->skip_pos = INT64_MAX, f->skip_msg[0] = '\0';
     f->failed = 0;
     f->state = cnt > 0 ? SLOT_FILLING : SLOT_READY;
 }
@@ -568,6 +574,7 @@ int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
     s->state = SLOT_IN_USE;
     L->next_out++;
     atomic_fetch_add(&L->skipped, s->skipped);  // counted when served, not when prefetched
+    if (!L->skip_first[0] && s->skip_msg[0]) snprintf(L->skip_first, sizeof L->skip_first, "%s", s->skip_msg);
     int failed = s->failed;
     char msg[1024];
     if (failed) snprintf(msg, sizeof msg, "%s", L->err);
