@@ -38,6 +38,11 @@ enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIM
 enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 enum { DEVICE_AUTO = 0, DEVICE_CPU = 1, DEVICE_CUDA = 2 };
 enum { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 };
+// "auto", "fp32", ... for a PRECISION_* (inline: the CUDA backend's C++ uses it too).
+static inline const char *recipe_precision_name(int p) {
+    static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
+    return p >= PRECISION_AUTO && p <= PRECISION_FP16 ? names[p] : "?";
+}
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };

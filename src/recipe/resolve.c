@@ -369,12 +369,11 @@ static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
     }
     // The CPU backend computes in fp32 only; asking for less there is a mistake, not a hint.
     if (r->train.device == DEVICE_CPU && r->train.precision > PRECISION_FP32) {
-        static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
         const yt_node *k = node_at(root, "train.precision");
         rctx_error(c, k ? k->mark : root->mark, "train.precision",
                    "%s applies on GPUs only, and train.device is cpu (the CPU trains in fp32); set "
                    "train.precision: fp32 (or auto), or train.device: cuda or auto",
-                   names[r->train.precision]);
+                   recipe_precision_name(r->train.precision));
     }
     if (r->data.synthetic.kind == SYNTH_SHAPES2D && r->data.synthetic.classes > 6) {
         const yt_node *k = node_at(root, "data.synthetic.classes");

@@ -303,7 +303,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (device_note[0]) fputs(device_note, out);
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
-                       .ranks = d->world, .threads = threads, .precision = train_precision_name(precision),
+                       .ranks = d->world, .threads = threads, .precision = recipe_precision_name(precision),
                        .global_batch = r->train.batch_size < train.n ? r->train.batch_size : train.n,
                        .local_batch = batch, .parameters = g.nparams, .mflops = (double)g.flops / 1e6,
                        .train_samples = train.n, .val_samples = val.n, .data_seconds = t_data,

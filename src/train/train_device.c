@@ -18,11 +18,6 @@ int prof_window(int64_t step, int64_t start_step, int64_t stop_step) {
 }
 #endif
 
-const char *train_precision_name(int precision) {
-    static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
-    return precision >= PRECISION_AUTO && precision <= PRECISION_FP16 ? names[precision] : "?";
-}
-
 // train.precision on the bound GPU: the one in effect, or -1 (printed, with where the key is).
 static int pick_precision(const recipe_t *r, const gl_dist *d, const gl_backend *be, FILE *err) {
     if (!be->set_precision) return PRECISION_FP32;
@@ -34,7 +29,7 @@ static int pick_precision(const recipe_t *r, const gl_dist *d, const gl_backend 
     if (d->world > 1) snprintf(who, sizeof who, " (rank %d)", d->rank);
     fprintf(err, "%s:%d:%d: error: train.precision: %s cannot be used%s: %s\n  hint: set train.precision: auto "
                  "(it picks what the GPU supports) or fp32\n",
-            m.file, m.line, m.col, train_precision_name(r->train.precision), who, msg);
+            m.file, m.line, m.col, recipe_precision_name(r->train.precision), who, msg);
     return -1;
 }
 
@@ -65,7 +60,7 @@ const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *
     char also[160] = "";
     if (r->train.precision > PRECISION_FP32)
         snprintf(also, sizeof also, "; train.precision %s applies on GPUs, the CPU trains in fp32",
-                 train_precision_name(r->train.precision));
+                 recipe_precision_name(r->train.precision));
     if (d->rank == 0) snprintf(note, note_len, "galley: no GPU to use (%s): training on the CPU%s\n", msg, also);
     snprintf(desc, len, "cpu");
     return backend_cpu();

@@ -66,8 +66,6 @@ void train_share_state(train_ctx *c, int64_t step);
 // do the precision asked for.
 const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
                                      size_t note_len, int *precision, FILE *err);
-// "fp32", "bf16", ... for a PRECISION_*.
-const char *train_precision_name(int precision);
 
 // ---- checkpoints (train_ckpt.c) ----
 

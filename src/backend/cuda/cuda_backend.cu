@@ -131,7 +131,6 @@ static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
 // tensor ops for tf32; bf16 and fp16 name their compute type in each cublasGemmEx call
 // (cuda_dense.cu), so the handle keeps default math. cuda_conv.cu reads ctx.precision per call.
 static int cu_set_precision(int precision, char *msg, size_t len) {
-    static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
     int cc = ctx.prop.major * 10 + ctx.prop.minor, p = precision;
     if (p == PRECISION_AUTO) p = cc >= 80 ? PRECISION_BF16 : cc >= 70 ? PRECISION_FP16 : PRECISION_FP32;
     if (p < PRECISION_FP32 || p > PRECISION_FP16) {
@@ -139,8 +138,8 @@ static int cu_set_precision(int precision, char *msg, size_t len) {
         return -1;
     }
     if ((p == PRECISION_TF32 || p == PRECISION_BF16) && cc < 80) {
-        snprintf(msg, len, "%s needs compute capability 8.0 or newer, and GPU %d (%s) has %d.%d", names[p], ctx.device,
-                 ctx.prop.name, ctx.prop.major, ctx.prop.minor);
+        snprintf(msg, len, "%s needs compute capability 8.0 or newer, and GPU %d (%s) has %d.%d",
+                 recipe_precision_name(p), ctx.device, ctx.prop.name, ctx.prop.major, ctx.prop.minor);
         return -1;
     }
     cublasMath_t mode = p == PRECISION_FP32 ? CUBLAS_PEDANTIC_MATH
