@@ -336,7 +336,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (c.ls.on && !opts->evaluate)
         fprintf(out, "  fp16: dynamic loss scaling, scale %g%s (halved on a non-finite gradient, the step skipped; "
                      "doubled after %d finite steps)\n",
-                c.ls.scale, scaler_restored ? " from the checkpoint" : resume_path[0] ? " (the checkpoint has none)" : "",
+                c.ls.scale,
+                scaler_restored  ? " from the checkpoint"
+                : ck.scaler_saved ? " (the checkpoint's scale is not one scaling can reach: starting afresh)"
+                : resume_path[0]  ? " (the checkpoint has none)"
+                                  : "",
                 GL_LOSS_SCALE_GROWTH);
     if (resume_path[0] && c.parts && ck.parts != c.parts)
         fprintf(out, "  note: the checkpoint was written with distributed.parts %d, this run uses %d: it continues, "

@@ -56,7 +56,8 @@ static const char *core_wanted(const char *have) {
 }
 
 void cpu_blas_core_fix(char **argv) {
-    if (getenv("OPENBLAS_CORETYPE") || getenv(CORE_FROM_ENV)) return;
+    const char *done = getenv(CORE_FROM_ENV);  // set (non-empty) by the re-execution itself
+    if (getenv("OPENBLAS_CORETYPE") || (done && *done)) return;
     const char *have = openblas_get_corename();
     if (!have) return;
     const char *want = core_wanted(have);
