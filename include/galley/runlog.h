@@ -105,6 +105,7 @@ typedef struct {
     double best;
     int64_t best_step;
     char iou[256];              // per-class IoU line, or ""
+    char threads_note[256];     // how the CPU's idle threads waited (cpu_spin_describe), or ""
 } gl_runsummary;
 
 struct gl_runlog;

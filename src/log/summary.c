@@ -132,6 +132,7 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     for (int i = 0; i < PHASE_COUNT; i++)
         fprintf(o, "    %-14s %9.3f s %5.1f %%%s\n", words[i], s->phase[i],
                 s->wall > 0 ? 100 * s->phase[i] / s->wall : 0.0, notes[i]);
+    if (s->threads_note[0]) fprintf(o, "  %s\n", s->threads_note);
     fputs("  last val ", o);
     print_metrics(o, s->last_loss, &s->last);
     fputc('\n', o);

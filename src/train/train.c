@@ -18,6 +18,7 @@
 #include "galley/arena.h"
 #include "galley/prof.h"
 #include "galley/check.h"
+#include "galley/cpu_spin.h"
 #include "galley/data.h"
 #include "galley/graph.h"
 #include "galley/loader.h"
@@ -354,6 +355,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     res->epochs_run = ck.epochs_run;
     double ph[PHASE_COUNT] = {0};
     double t_start = now_s(), t_mark = t_start, t_now = t_start, data_mark = 0, t_ckpt = t_start;
+    // The CPU's idle threads spin long only while the cores are not shared (cpu_spin.c).
+    gl_spin spin;
+    cpu_spin_start(&spin, be->device ? 1 : threads, t_start);
     double step_max = 0, eval_max = 0, ckpt_s = (double)g.nparams * 12.0 / 100e6 + 0.05;  // until measured
     const char *stopped_by = NULL;
     w.t0 = t_start;
@@ -493,6 +497,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         t_now = now_s();
         ph[PHASE_DATA] += t_now - tr;
         if (t_now - t0 > step_max) step_max = t_now - t0;
+        if (!be->device) cpu_spin_step(&spin, t_now);
         step++;
         seen += n;
         seen_total += n;
@@ -642,6 +647,7 @@ done:
         memcpy(sum.phase, ph, sizeof ph);
         metric_set_from(&sum.last, &vm);
         metrics_format_iou(&vm, sum.iou, sizeof sum.iou);
+        if (!be->device) cpu_spin_describe(&spin, sum.threads_note, sizeof sum.threads_note);
         if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
         sum.exit_code = code;
         sum.status = code == GL_EXIT_RUNTIME ? "failed" : code == GL_EXIT_STOPPED ? "stopped"

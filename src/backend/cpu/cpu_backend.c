@@ -18,9 +18,12 @@ void openblas_set_num_threads(int num_threads);
 // passive threads first spin briefly (GOMP_SPINCOUNT 3000, some tens of microseconds): enough to
 // catch the next kernel's region on dedicated cores, little to waste where cores are shared
 // (two 2-thread trainings on 2 cores: ~10% slower than not spinning; 30000 spins: 2x slower).
-// GOMP_SPINCOUNT or OMP_WAIT_POLICY in the environment take precedence.
+// GOMP_SPINCOUNT or OMP_WAIT_POLICY in the environment take precedence. Where neither is given,
+// galley marks the choice as its own (GALLEY_OMP_SPIN_AUTO=1, which a re-executed galley inherits):
+// cpu_spin.c then lengthens the spin between steps while the cores are not shared.
 __attribute__((constructor(101))) static void cpu_omp_default_passive(void) {
     if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("GALLEY_OMP_SPIN_AUTO", getenv("GOMP_SPINCOUNT") ? "0" : "1", 1);
     setenv("OMP_WAIT_POLICY", "passive", 0);
     setenv("GOMP_SPINCOUNT", "3000", 0);
 }

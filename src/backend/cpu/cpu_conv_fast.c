@@ -578,7 +578,7 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float *panel = panels + (int64_t)omp_get_thread_num() * ig_panel_floats(g);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
         for (int64_t t = 0; t < tasks; t++) {
             int64_t s = t / tiles, p0 = t % tiles * NR, cnt = P - p0 < NR ? P - p0 : NR;
             if (cnt < NR)

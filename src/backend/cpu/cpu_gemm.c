@@ -20,7 +20,7 @@
 // was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time.
 static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
     int64_t tiles = 1;
-    while (tiles < 16 && len / (2 * tiles) >= 256) tiles *= 2;
+    while (tiles < 16 && len / (2 * tiles) >= 128) tiles *= 2;
     if (tiles == 1 && len / 2 >= 64 && (double)(len / 2) * (double)other * (double)k >= 2097152.0) tiles = 2;
     int64_t t = (len + tiles - 1) / tiles;
     return (t + 15) / 16 * 16;
@@ -38,7 +38,7 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
     // lowers this task's thread count to 1 around its calls.
     const int saved = par || omp_in_parallel() ? 1 : omp_get_max_threads();
     if (saved > 1) omp_set_num_threads(1);
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int64_t t = 0; t < tiles; t++) {
         const int64_t o = t * tl, len = (by_rows ? m : n) - o < tl ? (by_rows ? m : n) - o : tl;
         // rows o.. of C take rows o.. of op(a); columns o.. of C take columns o.. of op(b)

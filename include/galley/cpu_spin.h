@@ -1,0 +1,45 @@
+// cpu_spin.h: how long the CPU backend's idle OpenMP threads spin before they sleep, chosen
+// between training steps from whether this process has its cores to itself (cpu_spin.c).
+#ifndef GALLEY_CPU_SPIN_H
+#define GALLEY_CPU_SPIN_H
+
+#include <stddef.h>
+
+// libgomp spin counts (about 100 spins per microsecond): short ~30 us, long ~3 ms (libgomp's own
+// default, what PyTorch's wheels run with).
+#define CPU_SPIN_SHORT 3000ULL
+#define CPU_SPIN_LONG 300000ULL
+// A window closes at the first step end at least this long after it opened.
+#define CPU_SPIN_WINDOW_S 0.25
+// Run-queue wait, in cores (thread-seconds waiting for a CPU per second), above which the cores
+// count as shared (alone: ~0.03 on 2 cores; beside a second 2-thread training: 0.7 to 1.0) and
+// below which a window counts as quiet. Two quiet windows in a row bring the long spin back.
+#define CPU_SPIN_SHARED_CORES 0.25
+#define CPU_SPIN_QUIET_CORES 0.10
+#define CPU_SPIN_QUIET_WINDOWS 2
+
+// One run's state; cpu_spin_start fills it.
+typedef struct gl_spin {
+    int managed;             // 1: galley chooses (the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT)
+    int threads;             // the OpenMP team size
+    int lng;                 // 1: the long spin is in force
+    int quiet;               // quiet windows in a row
+    int changes;             // mode changes so far
+    double t0, wait0;        // the open window's start (s) and its team's run-queue wait then (s)
+    double long_s, short_s;  // time spent in each mode (s)
+    char why[96];            // why galley does not choose ("" when it does)
+} gl_spin;
+
+// Starts a run with `threads` OpenMP threads at time `now` (s): the short spin, and whether
+// galley may change it (it does only with more than one thread, where the kernel reports
+// run-queue delay and libgomp is linked in statically).
+void cpu_spin_start(gl_spin *s, int threads, double now);
+// Between steps: closes the window when it is due and sets the spin for the next one.
+void cpu_spin_step(gl_spin *s, double now);
+// One closed window (dt s long, `wait_cores` thread-seconds of run-queue wait per second):
+// returns the mode for the next (1 long, 0 short) and updates s. No system calls (tests).
+int cpu_spin_decide(gl_spin *s, double dt, double wait_cores);
+// "idle threads spun ~3 ms before sleeping for 96% of the steps' time ..." for the end of a run.
+void cpu_spin_describe(const gl_spin *s, char *buf, size_t len);
+
+#endif
