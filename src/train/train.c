@@ -497,7 +497,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         t_now = now_s();
         ph[PHASE_DATA] += t_now - tr;
         if (t_now - t0 > step_max) step_max = t_now - t0;
-        if (!be->device) cpu_spin_step(&spin, t_now);
+        cpu_spin_step(&spin, t_now);  // nothing unless cpu_spin_start chose to manage
         step++;
         seen += n;
         seen_total += n;

@@ -13,8 +13,9 @@
 #include "backend/cpu/cpu_kernels.h"
 
 // Tile length along the split dimension (len; other: C's other side, k: the depth): a power-of-
-// two count of tiles, at most 16, each at least 256 long (the other operand is packed again for
-// every tile, so short tiles cost more than they spread), rounded to 16 (OpenBLAS's register
+// two count of tiles, at most 16, each at least 128 long (the other operand is packed again for
+// every tile, so short tiles cost more than they spread; threads take them dynamically, so a
+// slower core takes fewer), rounded to 16 (OpenBLAS's register
 // tiles divide it). A product that would stay one tile is still halved when each half is at least
 // 64 long and holds 2M multiply-adds: a dense layer of 128 units over a 4096-long input (batch 64)
 // was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time.
