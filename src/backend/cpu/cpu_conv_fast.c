@@ -38,7 +38,8 @@
 #endif
 
 #define NR 32  // output positions per tile: two 16-float vectors
-#define MR 8   // output channels per register tile
+#define MR 8   // output channels per register tile (AVX-512)
+#define MR_AVX2 6  // the same on AVX2, where 16 registers hold a 6x16 tile (see its kernels)
 #define KMAX 16  // the widest kernel (along W) taken
 
 // One stride-1 convolution as this file sees it: x (cin, in) -> y (cout, out).
@@ -57,6 +58,7 @@ typedef struct {
                     int rows, int cols);
     void (*dy_transpose)(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt);
     double (*bias_sum)(int64_t n, int64_t stride, int64_t P, const float *dy);
+    int mr;  // rows of a register tile: weights are packed [kk][mr], dW is taken mr rows at a time
 } ig_kernels;
 
 static const ig_kernels *ig_kernels_get(void);
@@ -74,8 +76,15 @@ static ig_geom ig_make(int64_t cin, int64_t cout, const int64_t in[3], const int
     return g;
 }
 
+// n rows padded for either instruction set's row blocks (MR or MR_AVX2): scratch is sized, and
+// the fast path taken or not, the same way on every CPU.
+static int64_t ig_rows_padded(int64_t n) {
+    int64_t a = (n + MR - 1) / MR * MR, b = (n + MR_AVX2 - 1) / MR_AVX2 * MR_AVX2;
+    return a > b ? a : b;
+}
+
 // Floats of scratch for the packed weights and `threads` panels.
-static int64_t ig_pack_floats(const ig_geom *g) { return (g->cout + MR - 1) / MR * MR * g->kk; }
+static int64_t ig_pack_floats(const ig_geom *g) { return ig_rows_padded(g->cout) * g->kk; }
 static int64_t ig_panel_floats(const ig_geom *g) { return g->kk * NR; }
 
 // Panels that fit in scratch after the packed weights (0: not even one).
@@ -263,13 +272,13 @@ FAST_TARGET static double bias_sum(int64_t n, int64_t stride, int64_t P, const f
 
 // ---- AVX2 + FMA -----------------------------------------------------------------------------------
 //
-// The same kernels with 8-float vectors and 16 registers. The 8x32 tile does not fit (32
-// accumulators), so ig_tile and dw_tile run it as sub-tiles (tile_8): rows 0-5 by 16 columns
-// twice (12 accumulators, 2 vectors of b and a broadcast of a: 15 registers), then rows 6-7 by 32
-// columns (8 accumulators, b from memory). Zen 3 needs 8 independent FMA chains to stay busy (4
-// cycles latency, 2 per cycle); 12 leave slack for loads, and on a Zen 3 EPYC this measured
-// 15-40% faster than 4x16 sub-tiles (8 chains, four passes). Each sub-tile keeps whole sums
-// over k, so an element is the same chain of FMAs as in the 8x32 tile.
+// The same kernels with 8-float vectors and 16 registers. An 8x32 tile does not fit (32
+// accumulators), so the AVX2 tile is 6 rows (MR_AVX2: the weights are packed [kk][6] and dW is
+// taken 6 rows at a time) by 32 columns, run as two 6x16 sub-tiles (tile_6: 12 accumulators, 2
+// vectors of b and a broadcast of a: 15 registers). Zen 3 needs 8 independent FMA chains to stay
+// busy (4 cycles latency, 2 per cycle); 12 leave slack for loads. Each sub-tile keeps whole sums
+// over k, so an element is the same chain of FMAs as in AVX-512's 8x32 tile: the row blocking
+// changes which elements share a tile, never an element's sum.
 //
 // Masks: the AMD64 manual leaves faults on masked-off lanes of vmaskmovps "implementation
 // dependent" (Intel's suppresses them), so no AVX2 load or store here touches a byte outside the
@@ -323,28 +332,59 @@ FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int
                     const int64_t off = kx * g->d[2] - g->p[2];
                     const __m256 *m = mk[kx];
                     int64_t o = c_lo * g->in_pos + (iz * H + iy) * W + ox0 + off;  // x offset of lane 0
-                    for (int64_t c = c_lo; c < c_hi; c++, o += g->in_pos, dst += cstep) {
-                        if (whole && pad) {
+                    if (whole && pad) {
+                        for (int64_t c = c_lo; c < c_hi; c++, dst += cstep)
                             for (int q = 0; q < nq; q++) _mm256_storeu_ps(dst + 8 * q, _mm256_setzero_ps());
-                            continue;
-                        }
-                        if (whole && o >= 0 && o + 8 * nq <= xsize) {
-                            const float *src = x + o;
-#define VEC(q) _mm256_storeu_ps(dst + 8 * q, _mm256_and_ps(_mm256_loadu_ps(src + 8 * q), m[q]))
-                            VEC(0);
-                            if (nq > 1) VEC(1);
-                            if (nq > 2) VEC(2);
-                            if (nq > 3) VEC(3);
+                        continue;
+                    }
+                    // Channels [ca, cb) take whole vectors (o_c = o + (c - c_lo) in_pos, 0 <= o_c and
+                    // o_c + 8 nq <= xsize, o_c rising with c), the rest lane by lane: the bounds are
+                    // found once per tap rather than tested per channel.
+                    int64_t ca = c_hi, cb = c_hi;
+                    if (whole) {
+                        const int64_t ip = g->in_pos, lim = xsize - 8 * nq - o;
+                        ca = o >= 0 ? c_lo : c_lo + (-o + ip - 1) / ip;
+                        cb = lim < 0 ? c_lo : c_lo + lim / ip + 1;
+                        ca = ca < c_hi ? ca : c_hi;
+                        cb = cb < ca ? ca : cb > c_hi ? c_hi : cb;
+                    }
+                    for (int64_t c = c_lo; c < c_hi;) {
+                        if (c == ca && ca < cb) {  // whole vectors, one loop per vector count
+                            const float *src = x + o + (c - c_lo) * g->in_pos;
+                            float *d = dst + (c - c_lo) * cstep;
+                            const int64_t ip = g->in_pos, nc = cb - ca;
+                            const __m256 m0 = m[0], m1 = m[1], m2 = m[2], m3 = m[3];
+#define VEC(q, mq) _mm256_storeu_ps(d + 8 * q, _mm256_and_ps(_mm256_loadu_ps(src + 8 * q), mq))
+                            switch (nq) {
+                            case 4:
+                                for (int64_t i = 0; i < nc; i++, src += ip, d += cstep)
+                                    VEC(0, m0), VEC(1, m1), VEC(2, m2), VEC(3, m3);
+                                break;
+                            case 3:
+                                for (int64_t i = 0; i < nc; i++, src += ip, d += cstep)
+                                    VEC(0, m0), VEC(1, m1), VEC(2, m2);
+                                break;
+                            case 2:
+                                for (int64_t i = 0; i < nc; i++, src += ip, d += cstep) VEC(0, m0), VEC(1, m1);
+                                break;
+                            default:
+                                for (int64_t i = 0; i < nc; i++, src += ip, d += cstep) VEC(0, m0);
+                                break;
+                            }
 #undef VEC
+                            c = cb;
                             continue;
                         }
+                        const int64_t oc = o + (c - c_lo) * g->in_pos;
+                        float *d = dst + (c - c_lo) * cstep;
                         for (int q = 0; q < nq; q++) {  // (the padding: no lanes inside)
                             float t[8] = {0};
-                            for (int l = lo[kx][q], e = pad ? l : hi[kx][q]; l < e; l++) t[l] = x[o + 8 * q + l];
-                            if (whole) _mm256_storeu_ps(dst + 8 * q, _mm256_loadu_ps(t));
+                            for (int l = lo[kx][q], e = pad ? l : hi[kx][q]; l < e; l++) t[l] = x[oc + 8 * q + l];
+                            if (whole) _mm256_storeu_ps(d + 8 * q, _mm256_loadu_ps(t));
                             else
-                                for (int64_t l = 0; l < 8 && 8 * q + l < len; l++) dst[8 * q + l] = t[l];
+                                for (int64_t l = 0; l < 8 && 8 * q + l < len; l++) d[8 * q + l] = t[l];
                         }
+                        c++;
                     }
                 }
             }
@@ -384,23 +424,31 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
             for (int v = 0; v < NV; v++) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
 }
 
-// Rows 0..7 by columns 0 .. 8*nv-1 (nv = 1 .. 4) of a tile in sub-tiles: rows 0-5 by 16 columns
-// (12 chains), rows 6-7 by all columns (8 chains with nv = 4). Arguments as sub_tile's.
+// Rows 0 .. rows-1 (rows <= 6) by columns 0 .. 8*nv-1 (nv = 1 .. 4) of a tile in sub-tiles of
+// at most 12 chains: 6 rows by 16 columns where rows > 4, 4 by 16 where rows is 3 or 4, 2 by all
+// columns where rows <= 2. A sub-tile computes its R rows whole (rows past `rows` read a's
+// padding and are not stored). Arguments as sub_tile's.
 FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
-tile_8(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb, float *c, int64_t ldc,
+tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb, float *c, int64_t ldc,
        const float *bias, int rows) {
-    const int r6 = rows < 6 ? rows : 6;
-    for (int v = 0; v < nv; v += 2)
-        if (nv - v >= 2) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, r6);
-        else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, r6);
-    if (rows <= 6) return;
-    const float *a6 = a + 6 * ai, *bias6 = bias ? bias + 6 : NULL;
-    float *c6 = c + 6 * ldc;
-    switch (nv) {
-    case 4: sub_tile(2, 4, kk, a6, ak, ai, b, ldb, c6, ldc, bias6, rows - 6); break;
-    case 3: sub_tile(2, 3, kk, a6, ak, ai, b, ldb, c6, ldc, bias6, rows - 6); break;
-    case 2: sub_tile(2, 2, kk, a6, ak, ai, b, ldb, c6, ldc, bias6, rows - 6); break;
-    default: sub_tile(2, 1, kk, a6, ak, ai, b, ldb, c6, ldc, bias6, rows - 6); break;
+    if (rows <= 2) {
+        switch (nv) {
+        case 4: sub_tile(2, 4, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
+        case 3: sub_tile(2, 3, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
+        case 2: sub_tile(2, 2, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
+        default: sub_tile(2, 1, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
+        }
+        return;
+    }
+    for (int v = 0; v < nv; v += 2) {
+        const bool two = nv - v >= 2;
+        if (rows > 4) {
+            if (two) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+            else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+        } else {
+            if (two) sub_tile(4, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+            else sub_tile(4, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+        }
     }
 }
 
@@ -409,13 +457,16 @@ tile_8(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *
 // the registers, so blocking changes no bit.
 #define IG_KC 128
 
-// ig_tile in sub-tiles (tile_8). A whole tile (8 rows, 32 columns) works in y; an edge tile in a
-// copy, so that no vector reads or writes y past its rows and columns.
+// ig_tile over MR_AVX2 rows (weights packed [kk][MR_AVX2]) in sub-tiles (tile_6). A whole tile (6
+// rows, 32 columns) works in y; an edge tile in a copy, so that no vector reads or writes y past
+// its rows and columns. Why 6 rows and not AVX-512's 8: 8 rows by 32 columns took two 6x16 passes
+// and a 2x32 one, whose 8 chains fed by memory operands ran at ~62 GFLOP/s against ~85-98 for
+// 6x16 on a Zen 3 core (hot L1); the whole tile measured 67-78.
 FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const float *b, float *y, int64_t ldy,
                                           int rows, int cols, const float *bias, bool acc) {
-    float bias8[MR], buf[MR * NR] __attribute__((aligned(32)));
-    for (int i = 0; i < MR; i++) bias8[i] = bias && i < rows ? bias[i] : 0.0f;
-    const bool whole = rows == MR && cols == NR;
+    float bias6[MR_AVX2], buf[MR_AVX2 * NR] __attribute__((aligned(32)));
+    for (int i = 0; i < MR_AVX2; i++) bias6[i] = bias && i < rows ? bias[i] : 0.0f;
+    const bool whole = rows == MR_AVX2 && cols == NR;
     float *c = y;
     int64_t ldc = ldy;
     if (!whole) {
@@ -428,23 +479,23 @@ FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const floa
     const int nv = (cols + 7) / 8;
     for (int64_t k0 = 0; k0 < kk; k0 += IG_KC) {
         const int64_t kc = kk - k0 < IG_KC ? kk - k0 : IG_KC;
-        tile_8(nv, kc, a + k0 * MR, MR, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias8, rows);
+        tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias6, rows);
     }
     if (!whole)
         for (int i = 0; i < rows; i++) memcpy(y + i * ldy, buf + i * NR, sizeof(float) * (size_t)cols);
 }
 
-// dw_tile in sub-tiles (tile_8) over the cnt positions: the panel's rows are the a (a(j, i) =
-// panel[i * NR + j]), dyt the b. Columns that end inside a vector (cols not a multiple of 8) go
-// through copies.
+// dw_tile over MR_AVX2 rows of dW in sub-tiles (tile_6) over the cnt positions: the panel's rows
+// are the a (a(j, i) = panel[i * NR + j]), dyt the b. Columns that end inside a vector (cols not
+// a multiple of 8) go through copies.
 FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, const float *dyt, int64_t lddy,
                                           float *dwt, int64_t ldw, int rows, int cols) {
-    float bbuf[NR * NR] __attribute__((aligned(32))), cbuf[MR * NR] __attribute__((aligned(32)));
-    // dw_run's next call works on the next MR rows: fetch them now (dwt may be too large for the
+    float bbuf[NR * NR] __attribute__((aligned(32))), cbuf[MR_AVX2 * NR] __attribute__((aligned(32)));
+    // dw_run's next call works on the next rows: fetch them now (dwt may be too large for the
     // L2 cache, and each sub-tile waits for its sums before its first FMA). Prefetches never fault.
-    for (int i = 0; i < MR; i++) {
-        _mm_prefetch((const char *)(dwt + (MR + i) * ldw), _MM_HINT_T0);
-        _mm_prefetch((const char *)(dwt + (MR + i) * ldw + 16), _MM_HINT_T0);
+    for (int i = 0; i < MR_AVX2; i++) {
+        _mm_prefetch((const char *)(dwt + (MR_AVX2 + i) * ldw), _MM_HINT_T0);
+        _mm_prefetch((const char *)(dwt + (MR_AVX2 + i) * ldw + 16), _MM_HINT_T0);
     }
     const bool copy = cols % 8 != 0;
     if (copy) {
@@ -453,7 +504,7 @@ FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, const
         memset(cbuf, 0, sizeof cbuf);
         for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
     }
-    tile_8((cols + 7) / 8, cnt, panel, 1, NR, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
+    tile_6((cols + 7) / 8, cnt, panel, 1, NR, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
            copy ? NR : ldw, NULL, rows);
     if (copy)
         for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
@@ -541,8 +592,9 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
     return lanes_sum8(l);
 }
 
-static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, bias_sum};
-static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, bias_sum_avx2};
+static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, bias_sum, MR};
+static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, bias_sum_avx2,
+                                   MR_AVX2};
 
 #endif  // FAST_BUILT
 
@@ -570,10 +622,12 @@ static const ig_kernels *ig_kernels_get(void) {
 // ---- drivers, shared by both instruction sets ------------------------------------------------------
 
 // y (n, cout, out) = conv(x (n, cin, in)) + bias, or y += conv(x) when acc. apack holds the
-// weights in MR-row panels [kk][MR] (ig_pack_*); panels has room for `threads` [kk][NR].
+// weights in mr-row panels [kk][mr] (ig_pack_*, mr = kr->mr); panels has room for `threads`
+// [kk][NR].
 static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *apack,
                    const float *bias, bool acc, float *y, float *panels, int threads) {
-    const int64_t P = g->out_pos, tiles = (P + NR - 1) / NR, tasks = n * tiles, mp = (g->cout + MR - 1) / MR;
+    const int64_t mr = kr->mr, mp = (g->cout + mr - 1) / mr;
+    const int64_t P = g->out_pos, tiles = (P + NR - 1) / NR, tasks = n * tiles;
     if (tasks < threads) threads = (int)tasks;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
@@ -586,25 +640,29 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
             kr->panel(g, x + s * g->cin * g->in_pos, p0, cnt, 0, g->cin, panel, NR);
             float *ys = y + s * g->cout * P + p0;
             for (int64_t m = 0; m < mp; m++) {
-                int64_t rows = g->cout - m * MR < MR ? g->cout - m * MR : MR;
-                kr->tile(g->kk, apack + m * g->kk * MR, panel, ys + m * MR * P, P, (int)rows, (int)cnt,
-                         bias ? bias + m * MR : NULL, acc);
+                int64_t rows = g->cout - m * mr < mr ? g->cout - m * mr : mr;
+                kr->tile(g->kk, apack + m * g->kk * mr, panel, ys + m * mr * P, P, (int)rows, (int)cnt,
+                         bias ? bias + m * mr : NULL, acc);
             }
         }
     }
 }
 
+// Floats of dw_run's buffer per thread: a panel [kkp][NR] and the transposed dy [NR][F], kkp the
+// reduction length padded for either instruction set (ig_rows_padded).
+static int64_t dw_per_thread(const ig_geom *g) { return ig_rows_padded(g->kk) * NR + NR * g->cout; }
+
 // dwt [kkp][F] += the weight gradient of g over n samples (x (n, cin, in), dy (n, cout, out)),
 // transposed. Threads own fixed blocks of dwt and run every sample and tile position in order,
-// so each element's sum is the same at any thread count. The blocks are ranges of MR-row blocks
+// so each element's sum is the same at any thread count. The blocks are ranges of mr-row blocks
 // of kk, each thread transposing all of dy; or, where kk is short next to F (a first layer's 3
 // or 4 input channels: the dy transpose is then most of the work), ranges of 16 filters, each
 // thread transposing only its own filters and building all of the (short) panel. buf holds
 // `threads` of [kk][NR] + [NR][F].
 static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *dy, float *dwt,
                    float *buf, int threads) {
-    const int64_t P = g->out_pos, F = g->cout, kb = (g->kk + MR - 1) / MR, fg = (F + 15) / 16;
-    const int64_t kkp = kb * MR, per = kkp * NR + NR * F;
+    const int64_t mr = kr->mr, P = g->out_pos, F = g->cout, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
+    const int64_t kkp = kb * mr, per = dw_per_thread(g);
     const bool by_f = g->kk <= 2 * F && fg >= 2;
     const int64_t parts = by_f ? fg : kb;
     if (parts < threads) threads = (int)parts;
@@ -618,9 +676,9 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
         } else {
             b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
         }
-        const int64_t c_lo = b0 * MR / g->taps, c_hi0 = (b1 * MR + g->taps - 1) / g->taps;
+        const int64_t c_lo = b0 * mr / g->taps, c_hi0 = (b1 * mr + g->taps - 1) / g->taps;
         const int64_t c_hi = c_hi0 < g->cin ? c_hi0 : g->cin;
-        float *panel = buf + t * per, *dyt = panel + kkp * NR;
+        float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * NR;
         memset(panel + g->kk * NR, 0, sizeof(float) * (size_t)((kkp - g->kk) * NR));  // rows past kk: read, unused
         for (int64_t s = 0; s < n && b0 < b1 && fa < fb; s++)
             for (int64_t p0 = 0; p0 < P; p0 += NR) {
@@ -631,8 +689,8 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
                 for (int64_t f0 = fa; f0 < fb; f0 += NR) {
                     const int cols = (int)(fb - f0 < NR ? fb - f0 : NR);
                     for (int64_t b = b0; b < b1; b++) {
-                        int64_t rows = g->kk - b * MR < MR ? g->kk - b * MR : MR;
-                        kr->dw_tile(cnt, panel + b * MR * NR, dyt + (f0 - fa), fb - fa, dwt + b * MR * F + f0, F,
+                        int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
+                        kr->dw_tile(cnt, panel + b * mr * NR, dyt + (f0 - fa), fb - fa, dwt + b * mr * F + f0, F,
                                     (int)rows, cols);
                     }
                 }
@@ -640,29 +698,29 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
     }
 }
 
-// apack[m][k][i] = w[(m*MR + i) * kk + k], zero past cout: w is (cout, kk).
-static void ig_pack_forward(const ig_geom *g, const float *w, float *apack) {
-    const int64_t mp = (g->cout + MR - 1) / MR;
+// apack[m][k][i] = w[(m*mr + i) * kk + k], zero past cout: w is (cout, kk).
+static void ig_pack_forward(const ig_geom *g, int64_t mr, const float *w, float *apack) {
+    const int64_t mp = (g->cout + mr - 1) / mr;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t m = 0; m < mp; m++)
         for (int64_t k = 0; k < g->kk; k++)
-            for (int64_t i = 0; i < MR; i++) {
-                int64_t o = m * MR + i;
-                apack[(m * g->kk + k) * MR + i] = o < g->cout ? w[o * g->kk + k] : 0.0f;
+            for (int64_t i = 0; i < mr; i++) {
+                int64_t o = m * mr + i;
+                apack[(m * g->kk + k) * mr + i] = o < g->cout ? w[o * g->kk + k] : 0.0f;
             }
 }
 
 // The flipped kernel of the input gradient: g maps dy (cin = F) to dx (cout = C); w is the
-// forward weight (F, C, taps). apack[m][(f, t)][i] = w[f][m*MR + i][taps - 1 - t].
-static void ig_pack_flipped(const ig_geom *g, const float *w, float *apack) {
-    const int64_t mp = (g->cout + MR - 1) / MR, taps = g->taps, C = g->cout;
+// forward weight (F, C, taps). apack[m][(f, t)][i] = w[f][m*mr + i][taps - 1 - t].
+static void ig_pack_flipped(const ig_geom *g, int64_t mr, const float *w, float *apack) {
+    const int64_t mp = (g->cout + mr - 1) / mr, taps = g->taps, C = g->cout;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t m = 0; m < mp; m++)
         for (int64_t f = 0; f < g->cin; f++)
             for (int64_t t = 0; t < taps; t++)
-                for (int64_t i = 0; i < MR; i++) {
-                    int64_t c = m * MR + i;
-                    apack[(m * g->kk + f * taps + t) * MR + i] =
+                for (int64_t i = 0; i < mr; i++) {
+                    int64_t c = m * mr + i;
+                    apack[(m * g->kk + f * taps + t) * mr + i] =
                         c < C ? w[(f * C + c) * taps + taps - 1 - t] : 0.0f;
                 }
 }
@@ -684,7 +742,7 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
     ig_geom g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
-    ig_pack_forward(&g, w, scratch);
+    ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
            ig_threads(&g, scratch_floats));
     return true;
@@ -694,7 +752,7 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
     ig_geom g = ig_make(c, f, in, out, k, d, p);
-    const int64_t kkp = (g.kk + MR - 1) / MR * MR, per = kkp * NR + NR * f;
+    const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_thread(&g);
     const int64_t fit = (scratch_floats - kkp * f) / per;
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
     if (!cpu_conv_fast_ok() || g.k[2] > KMAX || g.out_pos < 16 || g.out_pos > INT32_MAX / 16 || fit < 1)
@@ -726,7 +784,7 @@ bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
     ig_geom g = ig_make(f, c, out, in, k, d, pf);
     if (!ig_fits(&g, scratch_floats)) return false;
     if (!dy) return true;
-    ig_pack_flipped(&g, w, scratch);
+    ig_pack_flipped(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, dy, scratch, NULL, true, dx, scratch + ig_pack_floats(&g),
            ig_threads(&g, scratch_floats));
     return true;
