@@ -708,11 +708,14 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
              (long long)fc->k[0], (long long)fc->k[1], (long long)fc->k[2], (long long)fc->d[2],
              (long long)fc->p[2], (long long)n, at_start ? " (guards before)" : "");
     const int64_t c = fc->c, f = fc->f, nx = n * c * in_pos, ny = n * f * out_pos, nw = f * c * taps;
-    // Scratch for 3 threads of every kernel: packed weights and panels (forward: kk = c * taps,
-    // input gradient: kk = f * taps), or dW transposed and a panel and dy transposed per thread.
-    int64_t kf = c * taps, kb = f * taps, kfp = (kf + 7) / 8 * 8, r8 = 8;
-    int64_t sf = (f + r8 - 1) / r8 * r8 * kf + 3 * kf * 32;
-    int64_t sb = (c + r8 - 1) / r8 * r8 * kb + 3 * kb * 32, sw = kfp * f + 3 * (kfp * 32 + 32 * f);
+    // Scratch for 3 threads of every kernel: packed weights and, per thread, a panel and a tile's
+    // outputs (forward: kk = c * taps, input gradient: kk = f * taps), or dW transposed and a panel
+    // and dy transposed per thread; rows padded for both instruction sets' row blocks (8 and 6).
+#define PAD86(v) ((v) + 7) / 8 * 8 > ((v) + 5) / 6 * 6 ? ((v) + 7) / 8 * 8 : ((v) + 5) / 6 * 6
+    int64_t kf = c * taps, kb = f * taps, kfp = PAD86(kf), fp = PAD86(f), cp = PAD86(c);
+#undef PAD86
+    int64_t sf = fp * kf + 3 * (kf + fp) * 32;
+    int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f + 3 * (kfp * 32 + 32 * f);
     int64_t ns = sf > sb ? sf : sb;
     ns = ns > sw ? ns : sw;
     guard_map gm[9];
@@ -796,11 +799,18 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
         {.c = 7, .f = 9, .in = {1, 5, 5}, .k = {1, 1, 1}, .d = {1, 1, 1}, .p = {0, 0, 0}},
         // Wide rows (two tiles per row, 40 filters: 32 + 8).
         {.c = 9, .f = 40, .in = {1, 3, 64}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        // Small maps, several samples to a tile: 2x2x2 (4 a tile), 3x3 (3 a tile), 1x1 (32 a tile).
+        {.c = 6, .f = 11, .in = {2, 2, 2}, .k = {3, 3, 3}, .d = {1, 1, 1}, .p = {1, 1, 1}},
+        {.c = 5, .f = 7, .in = {1, 3, 3}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        {.c = 3, .f = 14, .in = {1, 1, 1}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_fast_order(&cases[i], 3, 0);
         check_fast_order(&cases[i], 2, 1);
     }
+    // Tiles of 4, 4 and 1 samples; of 3, 3 and 1.
+    check_fast_order(&cases[8], 9, 0);
+    check_fast_order(&cases[9], 7, 1);
 }
 
 // ---- parameters and the scratch plan -----------------------------------------------------------
