@@ -716,8 +716,9 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
 #undef PAD86
     int64_t sf = fp * kf + 3 * (kf + fp) * 32;
     int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f + 3 * (kfp * 32 + 32 * f);
+    int64_t swg = kfp * f + 3 * 8 * (kfp * 32 + 32 * f);  // dW with room for groups of 8 tiles a thread
     int64_t ns = sf > sb ? sf : sb;
-    ns = ns > sw ? ns : sw;
+    ns = ns > swg ? ns : swg;
     guard_map gm[9];
     float *x = guarded((size_t)nx, at_start, &gm[0]), *w = guarded((size_t)nw, at_start, &gm[1]);
     float *b = guarded((size_t)f, at_start, &gm[2]), *dy = guarded((size_t)ny, at_start, &gm[3]);
@@ -747,8 +748,14 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL, scratch, sb));
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx, scratch, sb));
         expect_same_bits(at, "dx", dx, rdx, nx);
+        // scratch holds NaNs: the first group of tiles must write dW's sums, not add to them
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
         assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, sw));
         expect_same_bits(at, "dw", dw, rdw, nw);
+        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
+        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, swg));
+        expect_same_bits(at, "dw (tiles in groups)", dw, rdw, nw);
         assert_true(cpu_conv_fast_bias_grad(n, f, out_pos, dy, db));
         expect_same_bits(at, "db", db, rdb, f);
         // Sums of floats in double rarely round differently, so also small integers with pairs of

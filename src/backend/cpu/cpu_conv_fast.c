@@ -41,6 +41,7 @@
 #define MR 8   // output channels per register tile (AVX-512)
 #define MR_AVX2 6  // the same on AVX2, where 16 registers hold a 6x16 tile (see its kernels)
 #define KMAX 16  // the widest kernel (along W) taken
+#define DW_J 256  // positions one dW register tile sums before its sums go back to memory
 
 // One stride-1 convolution as this file sees it: x (cin, in) -> y (cout, out).
 typedef struct {
@@ -54,8 +55,8 @@ typedef struct {
                   float *panel, int64_t ldp, int64_t jb);
     void (*tile)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
                  const float *bias, bool acc);
-    void (*dw_tile)(int64_t cnt, const float *panel, const float *dyt, int64_t lddy, float *dwt, int64_t ldw,
-                    int rows, int cols);
+    void (*dw_tile)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy, float *dwt,
+                    int64_t ldw, int rows, int cols, bool init);
     void (*dy_transpose)(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt);
     double (*bias_sum)(int64_t n, int64_t stride, int64_t P, const float *dy);
     int mr;  // rows of a register tile: weights are packed [kk][mr], dW is taken mr rows at a time
@@ -204,14 +205,15 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
 }
 
 // dwt rows kk0 .. kk0+rows-1 (row stride ldw), columns 0 .. cols-1 (cols <= NR filters) += sum
-// over the tile's positions j < cnt of panel[kk0 + i][j] * dyt[j][f], in j order.
-FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, const float *dyt, int64_t lddy, float *dwt,
-                                int64_t ldw, int rows, int cols) {
+// over positions j < cnt (cnt <= DW_J) of panel[kk0 + i][j] * dyt[j][f], in j order; the panel's
+// rows are ldp apart. init: dwt's block is not read, the sums start from 0 (the first group).
+FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
+                                float *dwt, int64_t ldw, int rows, int cols, bool init) {
     const __mmask16 m0 = lane_mask(0, cols), m1 = lane_mask(0, cols - 16);
     __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
-#define LOAD(i, lo, hi)                                       \
-    lo = _mm512_maskz_loadu_ps(m0, dwt + i * ldw);            \
-    hi = _mm512_maskz_loadu_ps(m1, dwt + i * ldw + 16);
+#define LOAD(i, lo, hi)                                                      \
+    lo = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, dwt + i * ldw); \
+    hi = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, dwt + i * ldw + 16);
     LOAD(0, c00, c01) LOAD(1, c10, c11) LOAD(2, c20, c21) LOAD(3, c30, c31);
     LOAD(4, c40, c41) LOAD(5, c50, c51) LOAD(6, c60, c61) LOAD(7, c70, c71);
 #undef LOAD
@@ -221,7 +223,7 @@ FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, const float *dy
         const float *aj = panel + j;
 #define FMA(i, lo, hi)                             \
     {                                              \
-        __m512 ai = _mm512_set1_ps(aj[i * NR]);    \
+        __m512 ai = _mm512_set1_ps(aj[i * ldp]);   \
         lo = _mm512_fmadd_ps(ai, b0, lo);          \
         hi = _mm512_fmadd_ps(ai, b1, hi);          \
     }
@@ -492,11 +494,12 @@ FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const floa
 }
 
 // dw_tile over MR_AVX2 rows of dW in sub-tiles (tile_6) over the cnt positions: the panel's rows
-// are the a (a(j, i) = panel[i * NR + j]), dyt the b. Columns that end inside a vector (cols not
+// are the a (a(j, i) = panel[i * ldp + j]), dyt the b. Columns that end inside a vector (cols not
 // a multiple of 8) go through copies.
-FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, const float *dyt, int64_t lddy,
-                                          float *dwt, int64_t ldw, int rows, int cols) {
-    float bbuf[NR * NR] __attribute__((aligned(32))), cbuf[MR_AVX2 * NR] __attribute__((aligned(32)));
+FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, int64_t ldp, const float *dyt,
+                                          int64_t lddy, float *dwt, int64_t ldw, int rows, int cols, bool init) {
+    static const float zeros[MR_AVX2];  // init: sub_tile's "bias", so the sums start from 0
+    float bbuf[DW_J * NR] __attribute__((aligned(32))), cbuf[MR_AVX2 * NR] __attribute__((aligned(32)));
     // dw_run's next call works on the next rows: fetch them now (dwt may be too large for the
     // L2 cache, and each sub-tile waits for its sums before its first FMA). Prefetches never fault.
     for (int i = 0; i < MR_AVX2; i++) {
@@ -508,10 +511,11 @@ FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, const
         memset(bbuf, 0, sizeof(float) * (size_t)(cnt * NR));
         for (int64_t j = 0; j < cnt; j++) memcpy(bbuf + j * NR, dyt + j * lddy, sizeof(float) * (size_t)cols);
         memset(cbuf, 0, sizeof cbuf);
-        for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
+        if (!init)
+            for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
     }
-    tile_6((cols + 7) / 8, cnt, panel, 1, NR, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
-           copy ? NR : ldw, NULL, rows);
+    tile_6((cols + 7) / 8, cnt, panel, 1, ldp, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
+           copy ? NR : ldw, init ? zeros : NULL, rows);
     if (copy)
         for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
 }
@@ -676,21 +680,27 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
     }
 }
 
-// Floats of dw_run's buffer per thread: a panel [kkp][NR] and the transposed dy [NR][F], kkp the
-// reduction length padded for either instruction set (ig_rows_padded).
-static int64_t dw_per_thread(const ig_geom *g) { return ig_rows_padded(g->kk) * NR + NR * g->cout; }
+// Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
+// transposed dy [NR][F], kkp the reduction length padded for either instruction set.
+static int64_t dw_per_tile(const ig_geom *g) { return ig_rows_padded(g->kk) * NR + NR * g->cout; }
 
-// dwt [kkp][F] += the weight gradient of g over n samples (x (n, cin, in), dy (n, cout, out)),
-// transposed. Threads own fixed blocks of dwt and run every sample and tile position in order,
-// so each element's sum is the same at any thread count. The blocks are ranges of mr-row blocks
-// of kk, each thread transposing all of dy; or, where kk is short next to F (a first layer's 3
-// or 4 input channels: the dy transpose is then most of the work), ranges of 16 filters, each
-// thread transposing only its own filters and building all of the (short) panel. buf holds
-// `threads` of [kk][NR] + [NR][F].
+// dwt [kkp][F] = the weight gradient of g over n >= 1 samples (x (n, cin, in), dy (n, cout, out)),
+// transposed. Threads own fixed blocks of dwt and run every sample and position in order, so
+// each element's sum is the same at any thread count. The blocks are ranges of mr-row blocks of
+// kk, each thread transposing all of dy; or, where kk is short next to F (a first layer's 3 or 4
+// input channels: the dy transpose is then most of the work), ranges of 16 filters, each thread
+// transposing only its own filters and building all of the (short) panel.
+//
+// Tiles (NR positions of a sample, or several samples' small maps) go in groups of tg, side by
+// side in one panel [kkp][tg * NR] and one dyt [tg * NR][F]; each register tile of dwt then sums
+// the group's positions (at most DW_J) before going back to memory, rather than one tile's 32: a
+// 512 x 6912 dW (14 MB) otherwise went through memory once per tile. The order of every sum is
+// still sample by sample and position by position. buf holds `threads` of tg * dw_per_tile.
 static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *dy, float *dwt,
-                   float *buf, int threads) {
+                   float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->cout, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
-    const int64_t kkp = kb * mr, per = dw_per_thread(g), spt = ig_samples_per_tile(P);
+    const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
+    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = (n + spt - 1) / spt * tps;  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
     const int64_t parts = by_f ? fg : kb;
     if (parts < threads) threads = (int)parts;
@@ -705,28 +715,28 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
             b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
         }
         const int64_t c_lo = b0 * mr / g->taps, c_hi0 = (b1 * mr + g->taps - 1) / g->taps;
-        const int64_t c_hi = c_hi0 < g->cin ? c_hi0 : g->cin;
-        float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * NR;
-        memset(panel + g->kk * NR, 0, sizeof(float) * (size_t)((kkp - g->kk) * NR));  // rows past kk: read, unused
-        // tiles in order: samples s0 .. s0+ns-1 side by side (small maps), or NR positions of one
-        for (int64_t s0 = 0; s0 < n && b0 < b1 && fa < fb; s0 += spt)
-            for (int64_t p0 = 0; p0 < P; p0 += NR) {
-                const int64_t ns = n - s0 < spt ? n - s0 : spt, cnt = spt > 1 ? ns * P : P - p0 < NR ? P - p0 : NR;
-                const int64_t len = spt > 1 ? P : cnt;  // positions per sample
-                for (int64_t i = 0; i < ns; i++) {
-                    kr->panel(g, x + (s0 + i) * g->cin * g->in_pos, p0, len, c_lo, c_hi, panel, NR, i * P);
-                    const float *dys = dy + ((s0 + i) * F + fa) * P + p0;
-                    kr->dy_transpose(dys, P, fb - fa, len, dyt + i * P * (fb - fa));  // dyt [cnt][fb - fa]
-                }
-                for (int64_t f0 = fa; f0 < fb; f0 += NR) {
-                    const int cols = (int)(fb - f0 < NR ? fb - f0 : NR);
-                    for (int64_t b = b0; b < b1; b++) {
-                        int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
-                        kr->dw_tile(cnt, panel + b * mr * NR, dyt + (f0 - fa), fb - fa, dwt + b * mr * F + f0, F,
-                                    (int)rows, cols);
-                    }
+        const int64_t c_hi = c_hi0 < g->cin ? c_hi0 : g->cin, fw = fb - fa;
+        float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
+        memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
+        for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg) {
+            int64_t J = 0;  // the group's positions so far: its panel columns and dyt rows
+            for (int64_t T = T0; T < ntiles && T < T0 + tg; T++) {
+                const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
+                const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;  // positions per sample
+                for (int64_t i = 0; i < ns; i++, J += len) {
+                    kr->panel(g, x + (s0 + i) * g->cin * g->in_pos, p0, len, c_lo, c_hi, panel, ldp, J);
+                    kr->dy_transpose(dy + ((s0 + i) * F + fa) * P + p0, P, fw, len, dyt + J * fw);  // [len][fw]
                 }
             }
+            for (int64_t b = b0; b < b1; b++) {
+                const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
+                for (int64_t f0 = fa; f0 < fb; f0 += NR) {
+                    const int cols = (int)(fb - f0 < NR ? fb - f0 : NR);
+                    kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - fa), fw, dwt + b * mr * F + f0, F, (int)rows,
+                                cols, T0 == 0);
+                }
+            }
+        }
     }
 }
 
@@ -796,22 +806,37 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
     ig_geom g = ig_make(c, f, in, out, k, d, p);
-    const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_thread(&g);
-    const int64_t fit = (scratch_floats - kkp * f) / per;
+    const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_tile(&g);
+    const int64_t fit = (scratch_floats - kkp * f) / per;  // tiles' buffers that fit
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
     if (!cpu_conv_fast_ok() || g.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
         return false;
-    float *dwt = scratch;
-    memset(dwt, 0, sizeof(float) * (size_t)(kkp * f));
-    int64_t t = omp_get_max_threads();
-    dw_run(ig_kernels_get(), &g, n, x, dy, dwt, scratch + kkp * f, (int)(t < fit ? t : fit));
-    // dw (F, kk) = dwt^T, 16 rows of dwt at a time (read in order; each dw row gets a whole cache
-    // line): element by element, each read of a dwt column took a cache line of its own, and a
-    // 512 x 6912 dW took longer to transpose than to compute at batch 8 on 2x2x2 maps.
-    const int64_t rb = (g.kk + 15) / 16;
+    float *dwt = scratch;  // written whole by the first group of tiles (rows past kk: never read)
+    if (n <= 0) {
+        memset(dw, 0, sizeof(float) * (size_t)(f * g.kk));
+        return true;
+    }
+    const int64_t spt = ig_samples_per_tile(g.out_pos), P = g.out_pos;
+    const int64_t ntiles = (n + spt - 1) / spt * (spt > 1 ? 1 : (P + NR - 1) / NR);
+    const int64_t t = omp_get_max_threads(), threads = t < fit ? t : fit;
+    // Tiles per group: up to DW_J positions, the group's dyt (read again for every row block of
+    // dW) at most 128 KiB, and what scratch holds. The sums' order does not depend on it.
+    int64_t tg = DW_J / NR, dyt_cap = 32768 / (f > 0 ? f : 1) / NR;
+    tg = tg < dyt_cap ? tg : dyt_cap;
+    tg = tg < fit / threads ? tg : fit / threads;
+    tg = tg < ntiles ? tg : ntiles;
+    tg = tg > 1 ? tg : 1;
+    if (spt > 1 && tg * NR > DW_J) tg = DW_J / NR;
+    dw_run(ig_kernels_get(), &g, n, x, dy, dwt, scratch + kkp * f, (int)threads, tg);
+    // dw (F, kk) = dwt^T, 8 rows of dwt at a time: those rows stay in L1 while every filter's 8
+    // values are written. Element by element, each read of a dwt column took a cache line of its
+    // own, and with 16 rows 2 KiB apart (F = 512) the rows' lines fell into two L1 sets and were
+    // evicted between uses: a 512 x 6912 dW took longer to transpose than to compute (batch 8 on
+    // 2x2x2 maps).
+    const int64_t rb = (g.kk + 7) / 8;
 #pragma omp parallel for schedule(static) if (f * g.kk >= 65536)
     for (int64_t b = 0; b < rb; b++) {
-        const int64_t r0 = b * 16, r1 = r0 + 16 < g.kk ? r0 + 16 : g.kk;
+        const int64_t r0 = b * 8, r1 = r0 + 8 < g.kk ? r0 + 8 : g.kk;
         for (int64_t o = 0; o < f; o++)
             for (int64_t r = r0; r < r1; r++) dw[o * g.kk + r] = dwt[r * f + o];
     }
