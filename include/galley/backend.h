@@ -85,6 +85,10 @@ typedef struct gl_backend {
     void (*act_forward)(gl_act act, float alpha, int64_t n, const float *x, float *y);
     // dx[i] += dy[i] * act'(x[i])
     void (*act_backward)(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
+    // Optional (NULL: the graph clears dx and calls act_backward): dx[i] = 0 + the same term, for
+    // a dx that this call writes first, which the graph then does not clear: the same bits with
+    // two passes over dx fewer (the clearing, and reading it back).
+    void (*act_backward_set)(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
     // Softmax over C channels at each of S positions (S = 1 for classification, H*W for masks):
     // logits (N,C,S), labels (N,S) in [0,C) (host), weights (C) (host) or NULL. Returns
     // sum w[y] * nll / sum w[y] over all N*S positions (the mean when unweighted, as PyTorch's
@@ -151,6 +155,9 @@ typedef struct gl_backend {
     // dx[argmax] += dy
     void (*max_pool_backward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
                               const int32_t *argmax, const float *dy, float *dx);
+    // Optional, as act_backward_set: dx (not cleared by the graph) = 0, then dx[argmax] += dy.
+    void (*max_pool_backward_set)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
+                                  const int32_t *argmax, const float *dy, float *dx);
     // avg: padding counts as zeros, the divisor is always k[0]*k[1]*k[2] (count_include_pad)
     void (*avg_pool_forward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                              const int s[3], const int p[3], const float *x, float *y);

@@ -39,6 +39,9 @@ typedef struct layer_kind {
     void (*init)(layer_t *l, float *params, uint64_t seed);
     void (*forward)(layer_t *l, const gl_backend *be, int64_t n, bool train);
     void (*backward)(layer_t *l, const gl_backend *be, int64_t n);
+    // Optional: whether backward can write input k's gradient whole rather than add to it, when
+    // it is the first to write it (the graph then skips clearing it and sets l->grad_set[k]).
+    bool (*sets_grad)(const layer_t *l, const gl_backend *be, int k);
 } layer_kind;
 
 struct layer {
@@ -65,6 +68,9 @@ struct layer {
     int64_t step;
     int64_t row0;  // the global batch position of row 0, so draws do not depend on how ranks split it
     const gl_reducer *reduce;  // sync_batchnorm across ranks: the sum over ranks (NULL: local statistics)
+    // Set by the graph before each backward: input k's gradient was not cleared, and backward
+    // writes it whole (only where kind->sets_grad said it can).
+    bool grad_set[GL_MAX_INPUTS];
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

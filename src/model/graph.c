@@ -140,8 +140,14 @@ void graph_backward(gl_graph *g, int64_t n) {
         for (int k = 0; k < l->nin; k++) {
             const gl_tensor *t = l->in[k];
             bool again = false;  // the same tensor twice among this layer's inputs: cleared once
-            for (int q = 0; q < k; q++) again |= l->in[q] == t;
-            if (t->grad && !again && !graph_read_after(g, i, t)) graph_zero_grad(g, t, n);
+            for (int q = 0; q < l->nin; q++) again |= q != k && l->in[q] == t;
+            bool first = t->grad && !graph_read_after(g, i, t);  // this layer writes it first
+            // A layer that can write the gradient whole does so (no clearing pass); else it is cleared
+            // here, once, and the layer adds to it.
+            l->grad_set[k] = first && !again && l->kind->sets_grad && l->kind->sets_grad(l, g->be, k);
+            bool cleared_before = false;
+            for (int q = 0; q < k; q++) cleared_before |= l->in[q] == t;
+            if (first && !l->grad_set[k] && !cleared_before) graph_zero_grad(g, t, n);
         }
         if (l->kind->backward) l->kind->backward(l, g->be, n);
         // Buckets hand gradients to MPI from the host: they must be complete first.

@@ -249,6 +249,80 @@ static void test_gradients_from_two_consumers_accumulate(void **state)
     tl_model_free(&m);
 }
 
+// Layers that write their input's gradient first (activations, max pooling) write it whole
+// instead of adding to a cleared buffer (layer.h sets_grad): the same bits as clearing and
+// adding, every gradient buffer starting as NaN so that an element left unwritten shows. The
+// relu output read by two layers (a residual add) still goes through clearing.
+static void fill_grads_nan(gl_graph *g)
+{
+    for (int64_t i = 0; i < g->nparams; i++) g->grads[i] = __builtin_nanf("");
+    for (int i = 0; i < g->nlayers; i++)
+        for (int64_t j = 0; j < N * g->layers[i].out.size; j++) g->layers[i].out.grad[j] = __builtin_nanf("");
+}
+
+static void test_first_writers_write_gradients_whole(void **state)
+{
+    (void)state;
+    tl_model m;
+    tl_model_build(&m, "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: relu, name: r1}\n"
+                       "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
+                       "    - {type: leaky_relu, slope: 0.1, name: r2}\n"
+                       "    - {type: add, inputs: [r2, p1], name: res}\n"
+                       "    - {type: max_pool, kernel: 2, name: p2}\n"
+                       "    - {type: tanh, name: t}\n"
+                       "    - {type: flatten}\n"
+                       "    - {type: dense, units: 3, name: head}\n",
+                   (gl_shape){3, {2, 9, 9}}, N);
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, N * g->input.size, -1, 1, 70);
+    tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 71);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 72);
+    wctx c = {g, r};
+    const int64_t ng = g->nparams;
+    int64_t acts = 0;
+    for (int i = 0; i < g->nlayers; i++) acts += N * g->layers[i].out.size;
+    float *gw = malloc(sizeof(float) * (size_t)ng), *ga = malloc(sizeof(float) * (size_t)acts);
+    // 1: the CPU backend's set kernels
+    fill_grads_nan(g);
+    backward_with(&c);
+    // written whole: the inputs of t, p2, r2, p1 and r1 (each its input's last reader); p1's output
+    // feeds c2 and res: res (an add, no sets_grad) clears it and adds, then c2 adds
+    const char *const whole[] = {"t", "p2", "r2", "p1", "r1"};
+    int sets = 0;
+    for (int i = 0; i < g->nlayers; i++) sets += g->layers[i].grad_set[0];
+    assert_int_equal(sets, 5);
+    for (int i = 0; i < 5; i++) assert_true(g->layers[tl_layer(g, whole[i])].grad_set[0]);
+    memcpy(gw, g->grads, sizeof(float) * (size_t)ng);
+    for (int i = 0, o = 0; i < g->nlayers; i++) {
+        memcpy(ga + o, g->layers[i].out.grad, sizeof(float) * (size_t)(N * g->layers[i].out.size));
+        o += (int)(N * g->layers[i].out.size);
+    }
+    // 2: without them, the graph clears and the layers add
+    gl_backend plain = *backend_cpu();
+    plain.act_backward_set = NULL;
+    plain.max_pool_backward_set = NULL;
+    g->be = &plain;
+    fill_grads_nan(g);
+    backward_with(&c);
+    for (int i = 0; i < g->nlayers; i++) assert_false(g->layers[i].grad_set[0]);
+    for (int64_t i = 0; i < ng; i++)
+        if (memcmp(&gw[i], &g->grads[i], sizeof(float)) || isnan(gw[i]))
+            fail_msg("grads[%lld]: %a written whole, %a cleared and added", (long long)i, gw[i], g->grads[i]);
+    for (int i = 0, o = 0; i < g->nlayers; i++) {
+        for (int64_t j = 0; j < N * g->layers[i].out.size; j++)
+            if (memcmp(&ga[o + j], &g->layers[i].out.grad[j], sizeof(float)) || isnan(ga[o + j]))
+                fail_msg("%s.grad[%lld]: %a written whole, %a cleared and added", g->layers[i].cfg->name,
+                         (long long)j, ga[o + j], g->layers[i].out.grad[j]);
+        o += (int)(N * g->layers[i].out.size);
+    }
+    g->be = backend_cpu();
+    free(gw), free(ga);
+    tl_model_free(&m);
+}
+
 // ---- non-finite detection -----------------------------------------------------------------------
 
 static void test_first_nonfinite(void **state)
@@ -404,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_inputs_wire_non_adjacent_layers),
         cmocka_unit_test(test_backward_ignores_a_dead_branch),
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
+        cmocka_unit_test(test_first_writers_write_gradients_whole),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_summary_lists_every_layer),
         cmocka_unit_test(test_init_params),

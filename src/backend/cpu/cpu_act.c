@@ -31,41 +31,51 @@ void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *
     }
 }
 
-// x, dy, dx are (n); dx is accumulated
-void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+// x, dy, dx are (n): dx accumulated, or with set dx = 0 + the term (what accumulating into a
+// cleared dx gives, -0 terms included). Inlined twice, so each loop keeps a constant set.
+static inline __attribute__((always_inline)) void act_backward(gl_act act, float alpha, int64_t n, const float *x,
+                                                               const float *dy, float *dx, const bool set) {
     switch (act) {
     case ACT_RELU:
 #pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float d = dy[i];  // loaded unconditionally, so the loop vectorises
-            dx[i] += x[i] > 0.0f ? d : 0.0f;
+            dx[i] = (set ? 0.0f : dx[i]) + (x[i] > 0.0f ? d : 0.0f);
         }
         break;
     case ACT_LEAKY_RELU:
 #pragma omp parallel for simd schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float d = dy[i];
-            dx[i] += x[i] > 0.0f ? d : alpha * d;
+            dx[i] = (set ? 0.0f : dx[i]) + (x[i] > 0.0f ? d : alpha * d);
         }
         break;
     case ACT_TANH:
         for (int64_t i = 0; i < n; i++) {
             float t = tanhf(x[i]);
-            dx[i] += dy[i] * (1.0f - t * t);
+            dx[i] = (set ? 0.0f : dx[i]) + dy[i] * (1.0f - t * t);
         }
         break;
     case ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++) {
             float s = 1.0f / (1.0f + expf(-x[i]));
-            dx[i] += dy[i] * s * (1.0f - s);
+            dx[i] = (set ? 0.0f : dx[i]) + dy[i] * s * (1.0f - s);
         }
         break;
     case ACT_GELU:
         for (int64_t i = 0; i < n; i++) {
             float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678f));
             float pdf = 0.39894228f * expf(-0.5f * x[i] * x[i]);
-            dx[i] += dy[i] * (cdf + x[i] * pdf);
+            dx[i] = (set ? 0.0f : dx[i]) + dy[i] * (cdf + x[i] * pdf);
         }
         break;
     }
+}
+
+void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+    act_backward(act, alpha, n, x, dy, dx, false);
+}
+
+void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+    act_backward(act, alpha, n, x, dy, dx, true);
 }

@@ -76,6 +76,7 @@ static const gl_backend cpu = {
     .dense_backward = cpu_dense_backward,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
+    .act_backward_set = cpu_act_backward_set,
     .softmax_xent = cpu_softmax_xent,
     .regression_loss = cpu_regression_loss,
     .set_threads = cpu_set_threads,
@@ -89,6 +90,7 @@ static const gl_backend cpu = {
     // (begin pool-norm region)
     .max_pool_forward = cpu_max_pool_forward,
     .max_pool_backward = cpu_max_pool_backward,
+    .max_pool_backward_set = cpu_max_pool_backward_set,
     .avg_pool_forward = cpu_avg_pool_forward,
     .avg_pool_backward = cpu_avg_pool_backward,
     .global_avg_pool_forward = cpu_global_avg_pool_forward,

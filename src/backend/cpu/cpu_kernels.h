@@ -16,6 +16,7 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
                         float *db, float *dx);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
+void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
 double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                         const float *weights, float *dlogits);
 double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
@@ -66,6 +67,8 @@ void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64
                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
 void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
                            const float *dy, float *dx);
+void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                               const float *dy, float *dx);
 void cpu_avg_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                           const int s[3], const int p[3], const float *x, float *y);
 void cpu_avg_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],

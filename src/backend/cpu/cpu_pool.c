@@ -3,6 +3,7 @@
 // each output and input-gradient element is written by one thread in a fixed order.
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
@@ -121,6 +122,21 @@ void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int6
         const int32_t *ap = argmax + q * op;
         const float *dyp = dy + q * op;
         float *dxp = dx + q * ip;
+        for (int64_t o = 0; o < op; o++) dxp[ap[o]] += dyp[o];
+    }
+}
+
+// cpu_max_pool_backward into a dx that was not cleared: each plane cleared just before its scatter
+// (in this thread's cache, where a separate clearing pass sent all of dx to memory and back).
+void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
+                               const int32_t *argmax, const float *dy, float *dx) {
+    const int64_t ip = in[0] * in[1] * in[2], op = out[0] * out[1] * out[2];
+#pragma omp parallel for schedule(static) if (n * c * ip >= CPU_PAR_MIN_WORK)
+    for (int64_t q = 0; q < n * c; q++) {
+        const int32_t *ap = argmax + q * op;
+        const float *dyp = dy + q * op;
+        float *dxp = dx + q * ip;
+        memset(dxp, 0, sizeof(float) * (size_t)ip);
         for (int64_t o = 0; o < op; o++) dxp[ap[o]] += dyp[o];
     }
 }

@@ -37,12 +37,21 @@ static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train)
 
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
-    be->act_backward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);
+    if (l->grad_set[0])
+        be->act_backward_set(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);
+    else
+        be->act_backward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);
+}
+
+static bool act_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)l, (void)k;
+    return be->act_backward_set != NULL;
 }
 
 #define ACT_KIND(sym, nm, ks, d)                                                                       \
     const layer_kind sym = {.name = nm, .doc = d, .keys = ks, .min_inputs = 1, .max_inputs = 1,        \
-                            .infer = act_infer, .forward = act_forward, .backward = act_backward}
+                            .infer = act_infer, .forward = act_forward, .backward = act_backward,      \
+                            .sets_grad = act_sets_grad}
 
 ACT_KIND(layer_relu, "relu", no_keys, "max(0, x)");
 ACT_KIND(layer_leaky_relu, "leaky_relu", leaky_keys, "x for x > 0, slope * x otherwise");

@@ -98,10 +98,17 @@ static void pool_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
 static void pool_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
     pool_geom g = geometry_of(l);
-    if (l->kind == &layer_max_pool)
+    if (l->kind == &layer_max_pool && l->grad_set[0])
+        be->max_pool_backward_set(n, g.c, g.in, g.out, (const int32_t *)l->scratch, l->out.grad, l->in[0]->grad);
+    else if (l->kind == &layer_max_pool)
         be->max_pool_backward(n, g.c, g.in, g.out, (const int32_t *)l->scratch, l->out.grad, l->in[0]->grad);
     else
         be->avg_pool_backward(n, g.c, g.in, g.out, g.k, g.s, g.p, l->out.grad, l->in[0]->grad);
+}
+
+static bool max_pool_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)l, (void)k;
+    return be->max_pool_backward_set != NULL;
 }
 
 const layer_kind layer_max_pool = {
@@ -114,6 +121,7 @@ const layer_kind layer_max_pool = {
     .infer = pool_infer,
     .forward = pool_forward,
     .backward = pool_backward,
+    .sets_grad = max_pool_sets_grad,
 };
 
 const layer_kind layer_avg_pool = {
