@@ -42,6 +42,11 @@ typedef struct layer_kind {
     // Optional: whether backward can write input k's gradient whole rather than add to it, when
     // it is the first to write it (the graph then skips clearing it and sets l->grad_set[k]).
     bool (*sets_grad)(const layer_t *l, const gl_backend *be, int k);
+    // Optional, activation fusion (graph_build): an element-wise layer whose derivative its output
+    // gives says which activation it is (act_of); a producer says whether it can apply that
+    // activation as it stores its output on this backend (takes_act).
+    bool (*act_of)(const layer_t *l, gl_act *act, float *slope);
+    bool (*takes_act)(const layer_t *l, const gl_backend *be, gl_act act, float slope);
 } layer_kind;
 
 struct layer {
@@ -71,6 +76,12 @@ struct layer {
     // Set by the graph before each backward: input k's gradient was not cleared, and backward
     // writes it whole (only where kind->sets_grad said it can).
     bool grad_set[GL_MAX_INPUTS];
+    // Set by graph_build where it fuses a producer with the activation after it: the producer
+    // applies store_act (with store_slope) as it stores its output, and the activation layer
+    // (act_done) computes nothing forward, its output being the producer's buffer.
+    bool store_act_on, act_done;
+    gl_act store_act;
+    float store_slope;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

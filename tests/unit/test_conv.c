@@ -743,7 +743,8 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         snprintf(at, sizeof at, "%s, %d threads", what, threads);
         for (int64_t i = 0; i < ny; i++) y[i] = 1e30f;
         tl_fill_uniform(dx, nx, -1, 1, 604);
-        assert_true(cpu_conv_fast_forward(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, y, scratch, sf));
+        assert_true(cpu_conv_fast_forward(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, y, scratch, sf,
+                                          (cpu_store_act){0}));
         expect_same_bits(at, "y", y, ry, ny);
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL, scratch, sb));
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx, scratch, sb));
@@ -786,7 +787,7 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
     if (!cpu_conv_fast_ok()) {
         int64_t one[3] = {1, 1, 1}, sp[3] = {1, 8, 8};
         assert_false(cpu_conv_fast_forward(1, 1, 1, sp, sp, one, one, (int64_t[3]){0, 0, 0}, NULL, NULL, NULL, NULL,
-                                           NULL, 0));
+                                           NULL, 0, (cpu_store_act){0}));
         print_message("no AVX-512 or AVX2+FMA here: the fast kernels are not used\n");
         return;
     }

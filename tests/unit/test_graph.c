@@ -323,6 +323,70 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
+// A convolution followed by the relu or leaky_relu that alone reads it stores the activation
+// itself (graph_fuse_acts): forward and backward give the bits of the unfused graph (built on a
+// backend without conv_forward_act), with one activation buffer less. The fast kernels (stride
+// 1) and im2col (stride 2) both fuse; the conv whose output two layers read does not.
+static void test_conv_activation_fusion_keeps_the_bits(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
+                         "    - {type: relu, name: r1}\n"
+                         "    - {type: max_pool, kernel: 2, name: p1}\n"
+                         "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
+                         "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
+                         "    - {type: conv, filters: 6, kernel: 3, stride: 2, name: c3}\n"
+                         "    - {type: relu, name: r3}\n"
+                         "    - {type: conv, filters: 6, kernel: 1, name: c4}\n"
+                         "    - {type: relu, name: r4}\n"
+                         "    - {type: add, inputs: [r4, c4], name: both}\n"
+                         "    - {type: flatten}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    gl_backend plain = *backend_cpu();
+    plain.conv_forward_act = NULL;
+    tl_model mf, mu;
+    char *errors = NULL;
+    assert_int_equal(tl_model_try_on(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), &errors), 0);
+    assert_int_equal(tl_model_try_on(&mu, layers, (gl_shape){3, {2, 12, 12}}, N, &plain, &errors), 0);
+    gl_graph *f = &mf.g, *u = &mu.g;
+    const char *const fused[] = {"r1", "r2", "r3"};
+    for (int i = 0; i < 3; i++) assert_true(f->layers[tl_layer(f, fused[i])].act_done);
+    assert_false(f->layers[tl_layer(f, "r4")].act_done);  // c4's output is read by `both` too
+    for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done);
+    assert_true(f->act_floats < u->act_floats);
+    assert_true(f->bytes < u->bytes);
+    tl_fill_uniform(f->input.data, N * f->input.size, -1, 1, 80);
+    tl_fill_uniform(f->params, f->nparams, -0.5, 0.5, 81);
+    memcpy(u->input.data, f->input.data, sizeof(float) * (size_t)(N * f->input.size));
+    memcpy(u->params, f->params, sizeof(float) * (size_t)f->nparams);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 82);
+    wctx cf = {f, r}, cu = {u, r};
+    backward_with(&cf);
+    backward_with(&cu);
+    for (int i = 0; i < f->nlayers; i++) {
+        const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+        if (lf->store_act_on) continue;  // holds the activation's output, checked at the activation
+        for (int64_t j = 0; j < N * lf->out.size; j++)
+            if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
+                fail_msg("%s.out[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.data[j],
+                         lu->out.data[j]);
+        for (int64_t j = 0; j < N * lf->out.size; j++)
+            if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
+                fail_msg("%s.grad[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.grad[j],
+                         lu->out.grad[j]);
+    }
+    for (int64_t j = 0; j < f->nparams; j++)
+        if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
+            fail_msg("grads[%lld]: fused %a, unfused %a", (long long)j, f->grads[j], u->grads[j]);
+    int positive = 0, negative = 0;  // the activations had both signs to work on
+    const layer_t *c2 = &u->layers[tl_layer(u, "c2")];
+    for (int64_t j = 0; j < N * c2->out.size; j++) positive += c2->out.data[j] > 0, negative += c2->out.data[j] < 0;
+    assert_true(positive > 0 && negative > 0);
+    tl_model_free(&mf);
+    tl_model_free(&mu);
+}
+
 // ---- non-finite detection -----------------------------------------------------------------------
 
 static void test_first_nonfinite(void **state)
@@ -479,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_backward_ignores_a_dead_branch),
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
+        cmocka_unit_test(test_conv_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_summary_lists_every_layer),
         cmocka_unit_test(test_init_params),

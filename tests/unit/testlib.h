@@ -122,10 +122,11 @@ typedef struct {
     gl_arena a;
 } tl_model;
 
-// Builds and binds the model of a model.layers fragment for the given input shape and batch.
-// Returns 0, or -1 with the recipe or graph_build messages in *errors (caller frees; NULL: not
-// wanted) and nothing left to free.
-static inline int tl_model_try(tl_model *m, const char *layers, gl_shape input, int64_t batch, char **errors)
+// Builds and binds the model of a model.layers fragment for the given input shape and batch, on
+// backend be. Returns 0, or -1 with the recipe or graph_build messages in *errors (caller frees;
+// NULL: not wanted) and nothing left to free.
+static inline int tl_model_try_on(tl_model *m, const char *layers, gl_shape input, int64_t batch,
+                                  const gl_backend *be, char **errors)
 {
     memset(m, 0, sizeof *m);
     char *yaml = tl_recipe_text(layers);
@@ -135,7 +136,7 @@ static inline int tl_model_try(tl_model *m, const char *layers, gl_shape input, 
     if (rc == 0) {
         free(text);
         tl_stream s;
-        rc = graph_build(&m->g, &m->r, input, batch, backend_cpu(), tl_stream_open(&s));
+        rc = graph_build(&m->g, &m->r, input, batch, be, tl_stream_open(&s));
         text = tl_stream_close(&s);
         if (rc != 0) graph_free(&m->g);
     }
@@ -150,6 +151,12 @@ static inline int tl_model_try(tl_model *m, const char *layers, gl_shape input, 
     arena_init(&m->a, m->g.bytes);
     graph_bind(&m->g, &m->a);
     return 0;
+}
+
+// tl_model_try_on the CPU backend.
+static inline int tl_model_try(tl_model *m, const char *layers, gl_shape input, int64_t batch, char **errors)
+{
+    return tl_model_try_on(m, layers, input, batch, backend_cpu(), errors);
 }
 
 // Same, for a model that must build (the test fails with the messages otherwise).

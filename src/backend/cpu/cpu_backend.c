@@ -83,6 +83,7 @@ static const gl_backend cpu = {
     .set_precision = NULL,  // fp32 only (train.precision other than fp32 is refused for train.device cpu)
     // (begin conv region)
     .conv_forward = cpu_conv_forward,
+    .conv_forward_act = cpu_conv_forward_act,
     .conv_backward = cpu_conv_backward,
     .conv_transpose_forward = cpu_conv_transpose_forward,
     .conv_transpose_backward = cpu_conv_transpose_backward,

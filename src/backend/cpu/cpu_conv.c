@@ -316,12 +316,13 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 // The convolution's forward, one sample at a time: x is (N,C,D,H,W), w is (F,C/G,KD,KH,KW), b is
 // (F) or NULL, y is (N,F,OD,OH,OW) (overwritten). Each sample's columns stay in cache and its
 // GEMM writes straight into y; samples run in parallel, each GEMM single-threaded (OpenBLAS
-// runs serially inside an OpenMP region), so both cores work even on small maps.
+// runs serially inside an OpenMP region), so both cores work even on small maps. act (when on)
+// is applied to y as it is stored (the fast kernels) or to each sample's outputs after its bias.
 static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
-                     float *scratch, int64_t scratch_floats) {
+                     float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
     if (fast_applies(g) && cpu_conv_fast_forward(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, x, w, b, y,
-                                                 scratch, scratch_floats))
+                                                 scratch, scratch_floats, act))
         return;
     const int64_t P = g->out_pos, slot = g->c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
@@ -337,6 +338,13 @@ static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w
         float *ys = y + s * g->f * P;
         gemm_wx(g, P, w, cols, 0.0f, ys);
         if (b) add_bias(1, g->f, P, b, ys);
+        if (act.on) {  // cpu_act_forward's arithmetic, in place (here in this sample's thread)
+            const int64_t cnt = g->f * P;
+            if (act.act == ACT_RELU)
+                for (int64_t i = 0; i < cnt; i++) ys[i] = ys[i] > 0.0f ? ys[i] : 0.0f;
+            else
+                for (int64_t i = 0; i < cnt; i++) ys[i] = ys[i] > 0.0f ? ys[i] : act.slope * ys[i];
+        }
     }
 }
 
@@ -471,7 +479,17 @@ void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int
                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
     cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
-    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats);
+    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
+}
+
+void cpu_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                          const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                          const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                          float *scratch, int64_t scratch_floats, gl_act act, float slope) {
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
+    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
 void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],

@@ -54,7 +54,7 @@ typedef struct {
     void (*panel)(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo, int64_t c_hi,
                   float *panel, int64_t ldp, int64_t jb);
     void (*tile)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
-                 const float *bias, bool acc);
+                 const float *bias, bool acc, cpu_store_act act);
     void (*dw_tile)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy, float *dwt,
                     int64_t ldw, int rows, int cols, bool init);
     void (*dy_transpose)(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt);
@@ -120,6 +120,14 @@ static inline __mmask16 lane_mask(int64_t lo, int64_t hi) {
     return (__mmask16)m;
 }
 
+// act applied to finished outputs, as cpu_act_forward computes it: relu x > 0 ? x : 0 (max_ps
+// returns its second operand, 0, for NaN and for -0), leaky x > 0 ? x : slope * x.
+FAST_TARGET static inline __m512 store_act512(cpu_store_act act, __m512 x) {
+    const __m512 z = _mm512_setzero_ps();
+    if (act.act == ACT_RELU) return _mm512_max_ps(x, z);
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, z, _CMP_GT_OQ), _mm512_mul_ps(x, _mm512_set1_ps(act.slope)), x);
+}
+
 // Columns jb .. jb+cnt-1 (jb + cnt <= ldp) of panel[kk][ldp] = those of output positions p0 ..
 // p0+cnt-1 of one sample's x (cin, in): row (c, kz, ky, kx) holds the input element each
 // position's tap reads, 0 in the padding. (jb > 0: a tile that holds several samples' small maps.)
@@ -168,7 +176,7 @@ FAST_TARGET static void ig_panel(const ig_geom *g, const float *x, int64_t p0, i
 // of a[k][i] * b[k][j], in k order, one fused multiply-add per k. init is bias[i] (or 0 without
 // bias), or y's own value when acc.
 FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows,
-                                int cols, const float *bias, bool acc) {
+                                int cols, const float *bias, bool acc, cpu_store_act act) {
     const __mmask16 m0 = lane_mask(0, cols), m1 = lane_mask(0, cols - 16);
     __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
 #define INIT(i, lo, hi)                                                                  \
@@ -194,10 +202,10 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
         FMA(4, c40, c41) FMA(5, c50, c51) FMA(6, c60, c61) FMA(7, c70, c71);
 #undef FMA
     }
-#define STORE(i, lo, hi)                                     \
-    if (i < rows) {                                          \
-        _mm512_mask_storeu_ps(y + i * ldy, m0, lo);          \
-        _mm512_mask_storeu_ps(y + i * ldy + 16, m1, hi);     \
+#define STORE(i, lo, hi)                                                              \
+    if (i < rows) {                                                                   \
+        _mm512_mask_storeu_ps(y + i * ldy, m0, act.on ? store_act512(act, lo) : lo);  \
+        _mm512_mask_storeu_ps(y + i * ldy + 16, m1, act.on ? store_act512(act, hi) : hi); \
     }
     STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31);
     STORE(4, c40, c41) STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71);
@@ -401,6 +409,13 @@ FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int
     }
 }
 
+// store_act512 on 8 lanes.
+FAST_TARGET_AVX2 static inline __m256 store_act256(cpu_store_act act, __m256 x) {
+    const __m256 z = _mm256_setzero_ps();
+    if (act.act == ACT_RELU) return _mm256_max_ps(x, z);
+    return _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_set1_ps(act.slope)), x, _mm256_cmp_ps(x, z, _CMP_GT_OQ));
+}
+
 // c rows 0 .. R-1 (row stride ldc), columns 0 .. 8*NV-1 = init + sum over k < kk of a(k, i) *
 // b[k][j], in k order, one fused multiply-add per k, with a(k, i) = a[k * ak + i * ai] and b of
 // row stride ldb. init: bias[i], or c's own values when bias is NULL. Stores rows < rows. R x NV
@@ -408,7 +423,7 @@ FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int
 // constants once inlined, and the loops over them unroll.
 FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
 sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb,
-         float *c, int64_t ldc, const float *bias, int rows) {
+         float *c, int64_t ldc, const float *bias, int rows, cpu_store_act act) {
     __m256 acc[6][4];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
@@ -429,7 +444,8 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
     for (int i = 0; i < R; i++)
         if (i < rows)
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
+            for (int v = 0; v < NV; v++)
+                _mm256_storeu_ps(c + i * ldc + 8 * v, act.on ? store_act256(act, acc[i][v]) : acc[i][v]);
 }
 
 // Rows 0 .. rows-1 (rows <= 6) by columns 0 .. 8*nv-1 (nv = 1 .. 4) of a tile in sub-tiles of
@@ -438,24 +454,24 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
 // padding and are not stored). Arguments as sub_tile's.
 FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
 tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb, float *c, int64_t ldc,
-       const float *bias, int rows) {
+       const float *bias, int rows, cpu_store_act act) {
     if (rows <= 2) {
         switch (nv) {
-        case 4: sub_tile(2, 4, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
-        case 3: sub_tile(2, 3, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
-        case 2: sub_tile(2, 2, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
-        default: sub_tile(2, 1, kk, a, ak, ai, b, ldb, c, ldc, bias, rows); break;
+        case 4: sub_tile(2, 4, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
+        case 3: sub_tile(2, 3, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
+        case 2: sub_tile(2, 2, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
+        default: sub_tile(2, 1, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
         }
         return;
     }
     for (int v = 0; v < nv; v += 2) {
         const bool two = nv - v >= 2;
         if (rows > 4) {
-            if (two) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
-            else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+            if (two) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
+            else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
         } else {
-            if (two) sub_tile(4, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
-            else sub_tile(4, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows);
+            if (two) sub_tile(4, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
+            else sub_tile(4, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
         }
     }
 }
@@ -471,7 +487,7 @@ tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *
 // and a 2x32 one, whose 8 chains fed by memory operands ran at ~62 GFLOP/s against ~85-98 for
 // 6x16 on a Zen 3 core (hot L1); the whole tile measured 67-78.
 FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const float *b, float *y, int64_t ldy,
-                                          int rows, int cols, const float *bias, bool acc) {
+                                          int rows, int cols, const float *bias, bool acc, cpu_store_act act) {
     float bias6[MR_AVX2], buf[MR_AVX2 * NR] __attribute__((aligned(32)));
     for (int i = 0; i < MR_AVX2; i++) bias6[i] = bias && i < rows ? bias[i] : 0.0f;
     const bool whole = rows == MR_AVX2 && cols == NR;
@@ -487,7 +503,8 @@ FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const floa
     const int nv = (cols + 7) / 8;
     for (int64_t k0 = 0; k0 < kk; k0 += IG_KC) {
         const int64_t kc = kk - k0 < IG_KC ? kk - k0 : IG_KC;
-        tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias6, rows);
+        const cpu_store_act last = k0 + kc == kk ? act : (cpu_store_act){0};  // on the finished sums only
+        tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias6, rows, last);
     }
     if (!whole)
         for (int i = 0; i < rows; i++) memcpy(y + i * ldy, buf + i * NR, sizeof(float) * (size_t)cols);
@@ -515,7 +532,7 @@ FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, int64
             for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
     }
     tile_6((cols + 7) / 8, cnt, panel, 1, ldp, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
-           copy ? NR : ldw, init ? zeros : NULL, rows);
+           copy ? NR : ldw, init ? zeros : NULL, rows, (cpu_store_act){0});
     if (copy)
         for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
 }
@@ -642,7 +659,7 @@ static const ig_kernels *ig_kernels_get(void) {
 // ig_panel_floats. A task is one tile: NR positions of one sample, or the whole small maps of
 // ig_samples_per_tile samples side by side, whose outputs go through a copy [cout][NR].
 static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *apack,
-                   const float *bias, bool acc, float *y, float *panels, int threads) {
+                   const float *bias, bool acc, float *y, float *panels, int threads, cpu_store_act act) {
     const int64_t mr = kr->mr, mp = (g->cout + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
     const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = (n + spt - 1) / spt * tiles;
     if (tasks < threads) threads = (int)tasks;
@@ -669,7 +686,8 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
                 for (int64_t m = 0; m < mp; m++) {
                     int64_t rows = g->cout - m * mr < mr ? g->cout - m * mr : mr;
                     kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yt + m * mr * ldy, ldy, (int)rows,
-                             (int)cnt, bias && !k0 ? bias + m * mr : NULL, acc || k0);
+                             (int)cnt, bias && !k0 ? bias + m * mr : NULL, acc || k0,
+                             k0 + kc == g->kk ? act : (cpu_store_act){0});
                 }
             }
             if (spt > 1)
@@ -793,12 +811,13 @@ static int ig_threads(const ig_geom *g, int64_t scratch_floats) {
 
 bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
-                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
+                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
+                           cpu_store_act act) {
     ig_geom g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
     ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
-           ig_threads(&g, scratch_floats));
+           ig_threads(&g, scratch_floats), act);
     return true;
 }
 
@@ -861,6 +880,6 @@ bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
     if (!dy) return true;
     ig_pack_flipped(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, dy, scratch, NULL, true, dx, scratch + ig_pack_floats(&g),
-           ig_threads(&g, scratch_floats));
+           ig_threads(&g, scratch_floats), (cpu_store_act){0});
     return true;
 }

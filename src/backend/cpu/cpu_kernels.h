@@ -25,6 +25,10 @@ double cpu_regression_loss(int kind, int64_t count, const float *pred, const flo
 void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
+void cpu_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                          const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                          const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                          float *scratch, int64_t scratch_floats, gl_act act, float slope);
 void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
                        const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
                        const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
@@ -43,9 +47,17 @@ void cpu_conv_set_chunk_cap(int64_t samples);
 // in/out/k/d/p as {D, H, W}). Each returns false, having done nothing, where it does not apply
 // (another CPU, geometry or too little scratch); cpu_conv.c then runs im2col + sgemm.
 bool cpu_conv_fast_ok(void);
+// An activation applied to outputs as they are stored (relu, or leaky_relu with its slope), or none:
+// the same arithmetic as cpu_act_forward, so y = act(conv(x)) has the bits of the two passes.
+typedef struct {
+    bool on;
+    gl_act act;  // ACT_RELU or ACT_LEAKY_RELU
+    float slope;
+} cpu_store_act;
 bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
-                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
+                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
+                           cpu_store_act act);
 // dw (F,C,KD,KH,KW) = the weight gradient (overwritten), from x (N,C,D,H,W) and dy (N,F,OD,OH,OW).
 bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,

@@ -32,7 +32,15 @@ static int act_infer(layer_t *l, char *err, size_t errlen) {
 
 static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
+    if (l->act_done) return;  // the layer before applied it as it stored its output, which is this one's
     be->act_forward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.data);
+}
+
+// relu and leaky_relu (slope >= 0, as its key allows): y > 0 exactly where x > 0, so backward's
+// test on its input reads the same from the fused output (act_done: the input buffer holds y).
+static bool act_fusable(const layer_t *l, gl_act *act, float *slope) {
+    *act = act_of(l), *slope = slope_of(l);
+    return *act == ACT_RELU || (*act == ACT_LEAKY_RELU && *slope >= 0.0f);
 }
 
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -51,7 +59,7 @@ static bool act_sets_grad(const layer_t *l, const gl_backend *be, int k) {
 #define ACT_KIND(sym, nm, ks, d)                                                                       \
     const layer_kind sym = {.name = nm, .doc = d, .keys = ks, .min_inputs = 1, .max_inputs = 1,        \
                             .infer = act_infer, .forward = act_forward, .backward = act_backward,      \
-                            .sets_grad = act_sets_grad}
+                            .sets_grad = act_sets_grad, .act_of = act_fusable}
 
 ACT_KIND(layer_relu, "relu", no_keys, "max(0, x)");
 ACT_KIND(layer_leaky_relu, "leaky_relu", leaky_keys, "x for x > 0, slope * x otherwise");

@@ -208,8 +208,17 @@ static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
     (void)train;
     conv_geom g = geometry_of(l);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
-    be->conv_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b, l->out.data,
-                     l->scratch, l->scratch_floats);
+    if (l->store_act_on)  // y = act(conv(x) + b): the activation after this layer, fused (graph_build)
+        be->conv_forward_act(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
+                             l->out.data, l->scratch, l->scratch_floats, l->store_act, l->store_slope);
+    else
+        be->conv_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
+                         l->out.data, l->scratch, l->scratch_floats);
+}
+
+static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    (void)l;
+    return be->conv_forward_act && (act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f));
 }
 
 static void conv_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -230,4 +239,5 @@ const layer_kind layer_conv = {
     .init = conv_init,
     .forward = conv_forward,
     .backward = conv_backward,
+    .takes_act = conv_takes_act,
 };
