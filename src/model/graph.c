@@ -171,7 +171,7 @@ void graph_backward(gl_graph *g, int64_t n) {
         if (i < g->nlayers - 1 && !graph_read_after(g, i, &l->out)) graph_zero_grad(g, &l->out, n);
         for (int k = 0; k < l->nin; k++) {
             const gl_tensor *t = l->in[k];
-            bool again = false;  // the same tensor twice among this layer's inputs: cleared once
+            bool again = false;  // the same tensor twice among this layer's inputs: added to, never set
             for (int q = 0; q < l->nin; q++) again |= q != k && l->in[q] == t;
             bool first = t->grad && !graph_read_after(g, i, t);  // this layer writes it first
             // A layer that can write the gradient whole does so (no clearing pass); else it is cleared

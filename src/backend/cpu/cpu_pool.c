@@ -113,32 +113,30 @@ void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64
     }
 }
 
-// argmax and dy are (N,C,OD,OH,OW), dx is (N,C,D,H,W) and accumulated
-void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
-                           const float *dy, float *dx) {
+// argmax and dy are (N,C,OD,OH,OW), dx is (N,C,D,H,W): dx[argmax] += dy, plane by plane. With set,
+// dx was not cleared (graph.c): each plane is cleared just before its scatter, in this thread's
+// cache, where a separate clearing pass sent all of dx to memory and back.
+static void max_pool_scatter(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                             const float *dy, float *dx, bool set) {
     const int64_t ip = in[0] * in[1] * in[2], op = out[0] * out[1] * out[2];
-#pragma omp parallel for schedule(static) if (n * c * op >= CPU_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (n * c * (set ? ip : op) >= CPU_PAR_MIN_WORK)
     for (int64_t q = 0; q < n * c; q++) {
         const int32_t *ap = argmax + q * op;
         const float *dyp = dy + q * op;
         float *dxp = dx + q * ip;
+        if (set) memset(dxp, 0, sizeof(float) * (size_t)ip);
         for (int64_t o = 0; o < op; o++) dxp[ap[o]] += dyp[o];
     }
 }
 
-// cpu_max_pool_backward into a dx that was not cleared: each plane cleared just before its scatter
-// (in this thread's cache, where a separate clearing pass sent all of dx to memory and back).
+void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                           const float *dy, float *dx) {
+    max_pool_scatter(n, c, in, out, argmax, dy, dx, false);
+}
+
 void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
                                const int32_t *argmax, const float *dy, float *dx) {
-    const int64_t ip = in[0] * in[1] * in[2], op = out[0] * out[1] * out[2];
-#pragma omp parallel for schedule(static) if (n * c * ip >= CPU_PAR_MIN_WORK)
-    for (int64_t q = 0; q < n * c; q++) {
-        const int32_t *ap = argmax + q * op;
-        const float *dyp = dy + q * op;
-        float *dxp = dx + q * ip;
-        memset(dxp, 0, sizeof(float) * (size_t)ip);
-        for (int64_t o = 0; o < op; o++) dxp[ap[o]] += dyp[o];
-    }
+    max_pool_scatter(n, c, in, out, argmax, dy, dx, true);
 }
 
 // x is (N,C,D,H,W), y is (N,C,OD,OH,OW); padding counts as zeros (divisor k0*k1*k2)
