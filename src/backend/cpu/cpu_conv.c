@@ -338,13 +338,7 @@ static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w
         float *ys = y + s * g->f * P;
         gemm_wx(g, P, w, cols, 0.0f, ys);
         if (b) add_bias(1, g->f, P, b, ys);
-        if (act.on) {  // cpu_act_forward's arithmetic, in place (here in this sample's thread)
-            const int64_t cnt = g->f * P;
-            if (act.act == ACT_RELU)
-                for (int64_t i = 0; i < cnt; i++) ys[i] = ys[i] > 0.0f ? ys[i] : 0.0f;
-            else
-                for (int64_t i = 0; i < cnt; i++) ys[i] = ys[i] > 0.0f ? ys[i] : act.slope * ys[i];
-        }
+        if (act.on) cpu_act_forward(act.act, act.slope, g->f * P, ys, ys);  // in place, element-wise
     }
 }
 

@@ -94,6 +94,12 @@ static int64_t ig_panel_floats(const ig_geom *g) { return (g->kk + ig_rows_padde
 // alone, and im2col + sgemm per sample (N = 8) read its 512 x 6912 weights once per sample.
 static int64_t ig_samples_per_tile(int64_t P) { return P >= NR / 2 ? 1 : NR / P; }
 
+// Tiles of n samples: ig_samples_per_tile samples each, or NR positions of one sample each.
+static int64_t ig_tiles(int64_t n, int64_t P) {
+    const int64_t spt = ig_samples_per_tile(P);
+    return spt > 1 ? (n + spt - 1) / spt : n * ((P + NR - 1) / NR);
+}
+
 // Panels that fit in scratch after the packed weights (0: not even one).
 static int64_t ig_panels_fit(const ig_geom *g, int64_t scratch_floats) {
     int64_t left = scratch_floats - ig_pack_floats(g);
@@ -661,7 +667,7 @@ static const ig_kernels *ig_kernels_get(void) {
 static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *apack,
                    const float *bias, bool acc, float *y, float *panels, int threads, cpu_store_act act) {
     const int64_t mr = kr->mr, mp = (g->cout + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
-    const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = (n + spt - 1) / spt * tiles;
+    const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = ig_tiles(n, P);
     if (tasks < threads) threads = (int)tasks;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
@@ -718,7 +724,7 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
                    float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->cout, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
     const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
-    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = (n + spt - 1) / spt * tps;  // tiles in order
+    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = ig_tiles(n, P);  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
     const int64_t parts = by_f ? fg : kb;
     if (parts < threads) threads = (int)parts;
@@ -835,8 +841,7 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
         memset(dw, 0, sizeof(float) * (size_t)(f * g.kk));
         return true;
     }
-    const int64_t spt = ig_samples_per_tile(g.out_pos), P = g.out_pos;
-    const int64_t ntiles = (n + spt - 1) / spt * (spt > 1 ? 1 : (P + NR - 1) / NR);
+    const int64_t ntiles = ig_tiles(n, g.out_pos);
     const int64_t t = omp_get_max_threads(), threads = t < fit ? t : fit;
     // Tiles per group: up to DW_J positions, the group's dyt (read again for every row block of
     // dW) at most 128 KiB, and what scratch holds. The sums' order does not depend on it.
@@ -845,7 +850,6 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     tg = tg < fit / threads ? tg : fit / threads;
     tg = tg < ntiles ? tg : ntiles;
     tg = tg > 1 ? tg : 1;
-    if (spt > 1 && tg * NR > DW_J) tg = DW_J / NR;
     dw_run(ig_kernels_get(), &g, n, x, dy, dwt, scratch + kkp * f, (int)threads, tg);
     // dw (F, kk) = dwt^T, 8 rows of dwt at a time: those rows stay in L1 while every filter's 8
     // values are written. Element by element, each read of a dwt column took a cache line of its
