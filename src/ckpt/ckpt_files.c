@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -82,6 +83,9 @@ int ckpt_prune(const char *dir, const char *name, int64_t keep) {
                 continue;
             long pid = strtol(strrchr(de->d_name, '.') + 1, NULL, 10);
             if (pid == (long)getpid()) continue;  // our own write in progress cannot be here, but be safe
+            // A live writer's file is not stale: another run sharing this directory may be between
+            // its write and its rename (two quickstarts at once lost a checkpoint to this).
+            if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
             char path[4200];
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             unlink(path);
