@@ -62,6 +62,18 @@ typedef struct gl_backend {
     void (*upload)(void *dst, const void *src, size_t bytes);
     // Backend memory src -> host memory dst (waits for the kernels that write src).
     void (*download)(void *dst, const void *src, size_t bytes);
+    // ---- input staging (src/train/input_stage.c; optional, NULL: batches go through upload) ----
+    // Page-locks host memory the batches are read from (the loader's slots) so that copies from
+    // it are DMA that runs beside the kernels. 0, or -1 with the reason in msg (a locked-memory
+    // limit, say): copies then still work, staged through pageable memory.
+    int (*host_pin)(void *p, size_t bytes, char *msg, size_t len);
+    void (*host_unpin)(void *p);
+    // Host src -> backend dst on a copy stream of the backend's own, after every kernel issued
+    // so far (which may still read dst): the next batch's copy overlaps the current step.
+    // upload_wait makes the kernels issued after it wait for the last upload_async. src must
+    // stay unchanged until then. The CPU copies at once (its wait has nothing to wait for).
+    void (*upload_async)(void *dst, const void *src, size_t bytes);
+    void (*upload_wait)(void);
 
     // ---- optimizer (src/optim uses these when device is set; NULL on the CPU, which runs its
     // own loops). chunks: host memory, the same table on every call of a run (it may be cached).
@@ -98,6 +110,18 @@ typedef struct gl_backend {
     // Mean squared (LOSS_MSE) or absolute (LOSS_L1) error over count elements (target: host);
     // writes the gradient into dpred unless NULL.
     double (*regression_loss)(int kind, int64_t count, const float *pred, const float *target, float *dpred);
+    // Optional (NULL: src/model/metrics.c reads the output on the host): metrics_add's sums over
+    // one part, computed where out lives, so the output never travels to the host. class_like
+    // (TARGET_CLASS or TARGET_MASK): out (N,C,S) with labels (N,S) (host, as the loss call just
+    // before took them; the CUDA backend reuses that copy): counts[0] = positions whose argmax
+    // (the first largest) is the label, counts[1] = positions with fewer than k logits above the
+    // label's (TARGET_CLASS only), and with iou (masks, C <= GL_MAX_IOU_CLASSES) counts[2 + j] =
+    // |argmax == j and label == j|, counts[2 + C + j] = |argmax == j or label == j|. Exact counts,
+    // as the host's. Otherwise (values, host, N*S of them): *abs_sum = sum |out - values| in double
+    // (a fixed order, not the host's: equal to rounding).
+    void (*metrics_sums)(bool class_like, bool topk, bool iou, int64_t n, int64_t c, int64_t s, int k,
+                         const float *out, const int32_t *labels, const float *values, int64_t *counts,
+                         double *abs_sum);
     // Sets the number of threads kernels may use.
     void (*set_threads)(int threads);
     // Sets the arithmetic of the GEMM-shaped kernels (dense, conv, conv_transpose) from a

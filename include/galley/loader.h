@@ -90,6 +90,14 @@ int64_t loader_batches_per_epoch(const gl_loader *L);
 int64_t loader_batch_capacity(const gl_loader *L);  // the largest local batch
 // Waits for the next batch. 0, or -1 after printing the reader's error (file, dataset, sample).
 int loader_next(gl_loader *L, gl_batch *b, FILE *err);
+// As loader_next without waiting: 1 (nothing taken, b untouched) when the next batch is not
+// ready yet. A trainer that holds the current batch may take the next one early this way (the
+// GPU copies it while the current one computes): the slots allow two held at once (prefetch >= 2).
+int loader_try_next(gl_loader *L, gl_batch *b, FILE *err);
+// The batch slots' input arrays, slot i of loader_slots: where every b.x points into (a GPU
+// backend pins them, so copies from them run asynchronously). *bytes: one slot's array.
+int loader_slots(const gl_loader *L);
+float *loader_slot_x(const gl_loader *L, int i, size_t *bytes);
 // Gives the batch's slot back to the readers; b's pointers are invalid afterwards.
 void loader_release(gl_loader *L, gl_batch *b);
 // Total seconds loader_next has waited, and batches served.

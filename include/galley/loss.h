@@ -41,9 +41,10 @@ typedef struct {
 // k: the k of top-k accuracy (train.top_k).
 void metrics_init(gl_metrics *m, const gl_dataset *d, int k);
 void metrics_reset(gl_metrics *m);
-// Adds rows [0, n) of out; loss is their mean loss.
-void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
-                 double loss);
+// Adds rows [0, n) of out; loss is their mean loss. be: where out lives (its metrics_sums does
+// the counting when it has one; NULL or none: here, on the host).
+void metrics_add(gl_metrics *m, const gl_backend *be, const gl_tensor *out, int64_t n, const int32_t *labels,
+                 const float *values, double loss);
 // The value of METRIC_* (accuracy, top_k, loss, mae, mean_iou); NAN where it does not apply.
 double metrics_value(const gl_metrics *m, int metric);
 // Whether METRIC_* applies to this kind of target.

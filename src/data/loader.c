@@ -566,11 +566,18 @@ int64_t loader_skipped(gl_loader *L, char *first, size_t len) {
 }
 const char *loader_stage_dir(const gl_loader *L) { return L->stage_dir; }
 
-int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
+// The next batch: waits for it when wait is set, else returns 1 at once when it is not ready.
+static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
     double t0 = now_s();
     pthread_mutex_lock(&L->mu);
     slot *s = &L->slots[L->next_out % L->nslots];
-    while (!(s->state == SLOT_READY && s->k == L->next_out)) pthread_cond_wait(&L->cv, &L->mu);
+    while (!(s->state == SLOT_READY && s->k == L->next_out)) {
+        if (!wait) {
+            pthread_mutex_unlock(&L->mu);
+            return 1;
+        }
+        pthread_cond_wait(&L->cv, &L->mu);
+    }
     s->state = SLOT_IN_USE;
     L->next_out++;
     atomic_fetch_add(&L->skipped, s->skipped);  // counted when served, not when prefetched
@@ -590,6 +597,17 @@ int loader_next(gl_loader *L, gl_batch *b, FILE *err) {
         return -1;
     }
     return 0;
+}
+
+int loader_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, true, err); }
+
+int loader_try_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, false, err); }
+
+int loader_slots(const gl_loader *L) { return L->nslots; }
+
+float *loader_slot_x(const gl_loader *L, int i, size_t *bytes) {
+    *bytes = sizeof(float) * (size_t)(L->cap * L->shape.size);
+    return L->slots[i].x;
 }
 
 void loader_release(gl_loader *L, gl_batch *b) {

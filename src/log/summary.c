@@ -133,6 +133,7 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
         fprintf(o, "    %-14s %9.3f s %5.1f %%%s\n", words[i], s->phase[i],
                 s->wall > 0 ? 100 * s->phase[i] / s->wall : 0.0, notes[i]);
     if (s->threads_note[0]) fprintf(o, "  %s\n", s->threads_note);
+    if (s->input_note[0]) fprintf(o, "  %s\n", s->input_note);
     fputs("  last val ", o);
     print_metrics(o, s->last_loss, &s->last);
     fputc('\n', o);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "galley/backend.h"
 #include "galley/loss.h"
 
 void metrics_init(gl_metrics *m, const gl_dataset *d, int k) {
@@ -42,10 +43,35 @@ void metrics_add_packed(gl_metrics *m, const double *v) {
         m->inter[k] += (int64_t)v[7 + k], m->uni[k] += (int64_t)v[7 + GL_MAX_IOU_CLASSES + k];
 }
 
-void metrics_add(gl_metrics *m, const gl_tensor *out, int64_t n, const int32_t *labels, const float *values,
-                 double loss) {
+// The backend's metrics_sums: the output stays where it is (on a GPU, reading it here would
+// migrate every page of it to the host and back, each step).
+static void add_on_backend(gl_metrics *m, const gl_backend *be, const gl_tensor *out, int64_t n,
+                           const int32_t *labels, const float *values) {
+    if (m->target == TARGET_VALUES) {
+        double abs_sum = 0;
+        be->metrics_sums(false, false, false, n, 1, m->tsize, 0, out->data, NULL, values, NULL, &abs_sum);
+        m->abs_sum += abs_sum;
+        m->values += n * m->tsize;
+        return;
+    }
+    const int64_t c = m->classes, s = m->target == TARGET_MASK ? m->tsize : 1;
+    const bool topk = m->target == TARGET_CLASS, iou = m->target == TARGET_MASK && c <= GL_MAX_IOU_CLASSES;
+    int64_t counts[2 + 2 * GL_MAX_IOU_CLASSES] = {0};
+    be->metrics_sums(true, topk, iou, n, c, s, m->k, out->data, labels, NULL, counts, NULL);
+    m->hits += counts[0];
+    m->positions += n * s;
+    if (topk) m->hitsk += counts[1];
+    for (int64_t k = 0; iou && k < c; k++) m->inter[k] += counts[2 + k], m->uni[k] += counts[2 + c + k];
+}
+
+void metrics_add(gl_metrics *m, const gl_backend *be, const gl_tensor *out, int64_t n, const int32_t *labels,
+                 const float *values, double loss) {
     m->loss_sum += loss * (double)n;
     m->samples += n;
+    if (n > 0 && be && be->metrics_sums) {
+        add_on_backend(m, be, out, n, labels, values);
+        return;
+    }
     if (m->target == TARGET_VALUES) {
         for (int64_t i = 0; i < n * m->tsize; i++) m->abs_sum += fabs((double)out->data[i] - (double)values[i]);
         m->values += n * m->tsize;

@@ -239,7 +239,10 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
 
     // Plan every byte of the model first, refuse what cannot fit, then allocate once.
-    size_t bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN;
+    // The next batch's copy overlaps the step (input_stage.c), except for deterministic parts.
+    const bool staging = !r->distributed.deterministic;
+    size_t bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN +
+                   (staging ? input_stage_bytes(&g) : 0);
     // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
     if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
         fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has %.2f "
@@ -263,9 +266,13 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     loss_init(&loss, r, &train);
     train_ctx c;
     train_ctx_init(&c, r, d, &g, &loss, &opt, &train, &arena);
+    input_stage stage;
+    char stage_note[400];
+    input_stage_init(&stage, be, &g, lt, staging, &arena, stage_note, sizeof stage_note);
     loss_scale_init(&c.ls, precision == PRECISION_FP16);
     gl_ckpt_state ck = {.best = NAN, .best_loss = NAN, .world = d->world, .parts = c.parts, .threads = threads};
     if (resume_path[0] && (code = train_resume_load(&c, resume_path, &ck, err)) != GL_EXIT_OK) {
+        input_stage_free(&stage);
         train_ctx_free(&c);
         graph_free(&g);
         arena_free(&arena);
@@ -289,6 +296,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     code = runlog_open(&lg, r, opts->run_dir, d->rank, out, err);
     if (code != GL_EXIT_OK) {
         runlog_close(&lg);
+        input_stage_free(&stage);
         train_ctx_free(&c);
         graph_free(&g);
         arena_free(&arena);
@@ -302,6 +310,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     out = lg.out;
     err = lg.err;
     if (device_note[0]) fputs(device_note, out);
+    if (stage_note[0]) fprintf(out, "galley: note: %s\n", stage_note);
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
                        .ranks = d->world, .threads = threads, .precision = recipe_precision_name(precision),
@@ -414,8 +423,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
             fprintf(out, "profiler %s before step %lld (train.profile)\n",
                     step == r->train.profile.start_step ? "started" : "stopped", (long long)step);
         gl_batch b;
+        bool staged;
         prof_push("data");
-        int got = loader_next(lt, &b, err);
+        int got = input_stage_take(&stage, &b, &staged, err);
+        // The next batch's copy, if its readers are done, runs beside this step.
+        if (!got && step + 1 < total_steps) input_stage_ahead(&stage, err);
         prof_pop();
         if (got) {
             if (d->world > 1) {
@@ -430,7 +442,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         double t1 = now_s();
         ph[PHASE_DATA] += t1 - t0;
         int bad = 0;
+        c.staged = staged;
         double l = train_step(&c, &b, step, flags, &bad);
+        c.staged = false;
+        // A second chance for readers that were not done before the step.
+        if (step + 1 < total_steps) input_stage_ahead(&stage, err);
         double t3 = now_s();
         // train_step times its forward, backward and communication; the rest of it (copying
         // rows in, the loss) goes with the forward.
@@ -648,6 +664,7 @@ done:
         metric_set_from(&sum.last, &vm);
         metrics_format_iou(&vm, sum.iou, sizeof sum.iou);
         if (!be->device) cpu_spin_describe(&spin, sum.threads_note, sizeof sum.threads_note);
+        input_stage_describe(&stage, sum.input_note, sizeof sum.input_note);
         if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
         sum.exit_code = code;
         sum.status = code == GL_EXIT_RUNTIME ? "failed" : code == GL_EXIT_STOPPED ? "stopped"
@@ -659,6 +676,7 @@ done:
                     res->best, GL_EXIT_TARGET);
     }
     runlog_close(&lg);
+    input_stage_free(&stage);
     train_ctx_free(&c);
     graph_free(&g);
     arena_free(&arena);

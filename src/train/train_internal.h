@@ -39,6 +39,7 @@ typedef struct {
     gl_reducer bn_sum;  // distributed.sync_batchnorm: batch-norm sums over ranks
     int64_t step;       // the step being computed (names collectives in timeout messages)
     gl_loss_scale ls;   // train.precision fp16: the loss gradient's factor (off: 1)
+    bool staged;        // the step's batch is already in the model input (input_stage_take)
 } train_ctx;
 
 // Arena bytes train_ctx_init carves for this recipe, model and rank count.
@@ -55,6 +56,39 @@ double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *f
 int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err);
 // Copies rank 0's layer state (batch-norm running statistics) to every rank.
 void train_share_state(train_ctx *c, int64_t step);
+
+// ---- input staging (input_stage.c): the next batch copied while the current one computes ----
+
+typedef struct {
+    const gl_backend *be;
+    gl_graph *g;
+    gl_loader *L;
+    bool on;
+    float *buf[2];      // the model input's two buffers; g->input.data is one of them
+    bool have, failed;  // a next batch was taken early (and its read failed)
+    gl_batch next;
+    float *next_buf;    // where its rows went
+    void **pinned;      // the loader slots the backend pinned
+    int npinned;
+    int64_t steps, early;  // batches taken, and of those staged a step ahead
+} input_stage;
+
+// Arena bytes of the second input buffer.
+size_t input_stage_bytes(const gl_graph *g);
+// on: stage batches (false: each step copies its own, as distributed.deterministic's parts do).
+// note gets a line for the log when the GPU cannot pin the loader's slots (else empty).
+void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_loader *L, bool on, gl_arena *a,
+                      char *note, size_t len);
+// This step's batch, as loader_next. *staged: its rows are already in g->input.data (a copy
+// the step's kernels wait for), so the step must not copy them again.
+int input_stage_take(input_stage *s, gl_batch *b, bool *staged, FILE *err);
+// Takes the next batch if the loader has it ready and starts copying it to the other buffer.
+// Call only when another step will follow.
+void input_stage_ahead(input_stage *s, FILE *err);
+// One line for the end summary: how many batches were staged ahead ("" when staging is off).
+void input_stage_describe(const input_stage *s, char *buf, size_t len);
+// Waits for a copy in flight, gives back a batch taken early, unpins the slots. Before loader_free.
+void input_stage_free(input_stage *s);
 
 // ---- device (train_device.c) ----
 

@@ -101,7 +101,8 @@ void train_share_state(train_ctx *c, int64_t step) {
 // Rows [off, off + n) of batch b into the model input; returns the labels/values pointers.
 static void load_rows(train_ctx *c, const gl_batch *b, int64_t off, int64_t n, const int32_t **lab, const float **val) {
     const int64_t size = c->g->input.size, ts = c->loss->tsize;
-    if (n) c->be->upload(c->g->input.data, b->x + off * size, sizeof(float) * (size_t)(n * size));
+    if (n && !(c->staged && off == 0 && n == b->n))
+        c->be->upload(c->g->input.data, b->x + off * size, sizeof(float) * (size_t)(n * size));
     *lab = b->labels ? b->labels + off * ts : NULL;
     *val = b->values ? b->values + off * ts : NULL;
 }
@@ -122,7 +123,7 @@ static double part_forward(train_ctx *c, int64_t n, int64_t global_n, const int3
         float f = n != global_n ? (float)n / (float)global_n : 1.0f;
         if (c->ls.on) f *= (float)c->ls.scale;
         if (train && f != 1.0f) c->be->scale(n * o->size, f, o->grad, o->grad);
-        metrics_add(&c->lm, o, n, lab, val, l);
+        metrics_add(&c->lm, c->be, o, n, lab, val, l);
     }
     metrics_pack(&c->lm, v);
     v[GL_METRICS_PACKED] = n > 0 && !isfinite(l);
@@ -248,6 +249,7 @@ double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *f
 int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err) {
     metrics_reset(m);
     c->step = step;
+    c->staged = false;  // evaluation batches are copied by each part as it goes
     train_share_state(c, step);
     for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
         gl_batch b;

@@ -14,6 +14,8 @@
 
 #include <stdint.h>
 
+#include "galley/loss.h"
+
 // fp32 tolerances, |gpu - cpu| <= rtol * max(scale, |cpu|):
 //   element-wise kernels: rtol RTOL_ELEM, scale 1 (libm and CUDA's math functions differ by
 //     a few ulps; pure arithmetic by at most one rounding);
@@ -356,6 +358,75 @@ static void test_regression_loss(void **state) {
             free(target);
             twin_free(b, &pred), twin_free(b, &d);
         }
+}
+
+// metrics_sums on the GPU against the host's loops (metrics_add with no backend) on the same
+// output: counts exactly equal, the regression sum to rounding. Logits on a coarse grid make
+// ties, so "the first largest" is tested. Class-like cases run once after the loss (the labels'
+// staged copy is reused) and once on their own (staged afresh).
+static void test_metrics(void **state) {
+    const backends *b = *state;
+    const struct {
+        const char *name;
+        gl_target_kind target;
+        int64_t n, c, s;
+        int k;
+    } cases[] = {
+        {"classification top-5", TARGET_CLASS, 16, 10, 1, 5},
+        {"classification 1000 classes", TARGET_CLASS, 8, 1000, 1, 5},
+        {"segmentation 4 classes", TARGET_MASK, 3, 4, 777, 5},
+        {"segmentation 64 classes", TARGET_MASK, 2, 64, 300, 5},
+        {"segmentation 70 classes (no IoU)", TARGET_MASK, 2, 70, 50, 5},
+        {"regression", TARGET_VALUES, 5, 1, 1001, 5},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int64_t n = cases[ci].n, c = cases[ci].c, s = cases[ci].s;
+        const bool values = cases[ci].target == TARGET_VALUES;
+        const int64_t count = values ? n * s : n * c * s;
+        twin out = twin_uniform(b, count, -3, 3, 50);
+        for (int64_t i = 0; i < count; i++) out.c[i] = roundf(out.c[i] * 2) / 2;  // ties
+        twin_push(b, &out);
+        int32_t *labels = xmalloc(sizeof(int32_t) * (size_t)(n * s));
+        float *target = xmalloc(sizeof(float) * (size_t)(n * s));
+        for (int64_t i = 0; i < n * s; i++) {
+            int32_t y = (int32_t)(rng_uniform(TL_SEED, RNG_TEST, 51, (uint64_t)i) * (float)c);
+            labels[i] = y < c ? y : (int32_t)c - 1;
+        }
+        tl_fill_uniform(target, n * s, -3, 3, 52);
+        gl_dataset d = {.target = cases[ci].target, .tsize = s, .classes = c};
+        for (int after_loss = values ? 1 : 0; after_loss < 2; after_loss++) {
+            char ctx[160];
+            snprintf(ctx, sizeof ctx, "metrics %s n=%lld c=%lld s=%lld%s", cases[ci].name, (long long)n, (long long)c,
+                     (long long)s, after_loss ? " after the loss" : "");
+            if (after_loss && values) b->gpu->regression_loss(LOSS_MSE, n * s, out.g, target, NULL);
+            else if (after_loss) b->gpu->softmax_xent(n, c, cases[ci].target == TARGET_MASK ? s : 1, out.g, labels, NULL, NULL);
+            gl_metrics mc, mg;
+            metrics_init(&mc, &d, cases[ci].k);
+            metrics_init(&mg, &d, cases[ci].k);
+            gl_tensor tc = {.data = out.c}, tg = {.data = out.g};
+            metrics_add(&mc, NULL, &tc, n, values ? NULL : labels, values ? target : NULL, 0.25);
+            metrics_add(&mg, b->gpu, &tg, n, values ? NULL : labels, values ? target : NULL, 0.25);
+            if (values) {
+                if (fabs(mg.abs_sum - mc.abs_sum) > 1e-12 * fabs(mc.abs_sum))
+                    fail_msg("%s: abs_sum %.17g, host %.17g", ctx, mg.abs_sum, mc.abs_sum);
+                assert_int_equal(mg.values, mc.values);
+            } else {
+                if (mg.hits != mc.hits || mg.hitsk != mc.hitsk || mg.positions != mc.positions)
+                    fail_msg("%s: hits %lld/%lld, top-k %lld/%lld, positions %lld/%lld (gpu/host)", ctx,
+                             (long long)mg.hits, (long long)mc.hits, (long long)mg.hitsk, (long long)mc.hitsk,
+                             (long long)mg.positions, (long long)mc.positions);
+                assert_true(mc.hits > 0 && mc.hits < mc.positions);  // a case that can tell
+                for (int k = 0; k < GL_MAX_IOU_CLASSES; k++)
+                    if (mg.inter[k] != mc.inter[k] || mg.uni[k] != mc.uni[k])
+                        fail_msg("%s: class %d: intersection %lld/%lld, union %lld/%lld (gpu/host)", ctx, k,
+                                 (long long)mg.inter[k], (long long)mc.inter[k], (long long)mg.uni[k],
+                                 (long long)mc.uni[k]);
+            }
+            assert_int_equal(mg.samples, mc.samples);
+        }
+        free(labels), free(target);
+        twin_free(b, &out);
+    }
 }
 
 // ---- convolution and transposed convolution ---------------------------------------------------
@@ -902,6 +973,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_activations, &be),
         cmocka_unit_test_prestate(test_softmax_xent, &be),
         cmocka_unit_test_prestate(test_regression_loss, &be),
+        cmocka_unit_test_prestate(test_metrics, &be),
         cmocka_unit_test_prestate(test_conv, &be),
         cmocka_unit_test_prestate(test_conv_transpose, &be),
         cmocka_unit_test_prestate(test_pooling, &be),

@@ -62,6 +62,9 @@ static void cpu_zero(void *dst, size_t bytes) {
     }
 }
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+// The copy is done when upload_async returns: nothing to wait for. (The training loop's staging
+// runs the same on the CPU as on a GPU, so the CPU tests cover its order.)
+static void cpu_upload_wait(void) {}
 
 static const gl_backend cpu = {
     .name = "cpu",
@@ -72,6 +75,8 @@ static const gl_backend cpu = {
     .zero = cpu_zero,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .upload_async = cpu_copy,
+    .upload_wait = cpu_upload_wait,
     .dense_forward = cpu_dense_forward,
     .dense_backward = cpu_dense_backward,
     .act_forward = cpu_act_forward,

@@ -67,7 +67,15 @@ void *cuda_workspace(size_t bytes) { return grow_device(&ctx.work, &ctx.work_byt
 void *cuda_stage(const void *host, size_t bytes) {
     void *d = grow_device(&ctx.stage, &ctx.stage_bytes, bytes ? bytes : 256);
     if (bytes) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, ctx.stream));
+    ctx.stage_of = host, ctx.stage_of_bytes = bytes;
     return d;
+}
+
+void cuda_stage_name(const void *host, size_t bytes) { ctx.stage_of = host, ctx.stage_of_bytes = bytes; }
+
+const void *cuda_stage_find(const void *host, size_t bytes) {
+    if (ctx.stage && host == ctx.stage_of && bytes == ctx.stage_of_bytes) return ctx.stage;
+    return cuda_stage(host, bytes);
 }
 
 double *cuda_partials(int64_t count, double **host) {
@@ -122,6 +130,37 @@ static void cu_download(void *dst, const void *src, size_t bytes) {
     CU_CHECK(cudaStreamSynchronize(ctx.stream));
 }
 
+// ---- input staging (backend.h) -------------------------------------------------------------------
+
+// cudaHostRegister rather than allocating pinned memory: the loader owns its slots. Failure
+// (RLIMIT_MEMLOCK in a container, say) is not fatal: cudaMemcpyAsync from pageable memory still
+// copies, through the driver's own pinned bounce buffer, only not beside the kernels.
+static int cu_host_pin(void *p, size_t bytes, char *msg, size_t len) {
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (e == cudaSuccess) return 0;
+    snprintf(msg, len, "cudaHostRegister of %.1f MiB failed: %s", bytes / 1048576.0, cudaGetErrorString(e));
+    cudaGetLastError();  // not sticky, but clear it so the next check reports its own error
+    return -1;
+}
+
+static void cu_host_unpin(void *p) {
+    CU_CHECK(cudaStreamSynchronize(ctx.copy));  // no copy from it may still be in flight
+    CU_CHECK(cudaHostUnregister(p));
+}
+
+// The copy stream first waits for everything issued on the compute stream so far (the step
+// that last read dst), then copies; copy_done marks the end for cu_upload_wait.
+static void cu_upload_async(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    CU_CHECK(cudaEventRecord(ctx.copy_after, ctx.stream));
+    CU_CHECK(cudaStreamWaitEvent(ctx.copy, ctx.copy_after, 0));
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.copy));
+    CU_CHECK(cudaEventRecord(ctx.copy_done, ctx.copy));
+}
+
+// An event never recorded counts as complete, so a wait before the first upload is a no-op.
+static void cu_upload_wait(void) { CU_CHECK(cudaStreamWaitEvent(ctx.stream, ctx.copy_done, 0)); }
+
 // Host-side work (data loading, metrics) still runs on OpenMP threads.
 static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
 
@@ -160,6 +199,10 @@ static const gl_backend cuda_table = {
     .zero = cu_zero,
     .upload = cu_upload,
     .download = cu_download,
+    .host_pin = cu_host_pin,
+    .host_unpin = cu_host_unpin,
+    .upload_async = cu_upload_async,
+    .upload_wait = cu_upload_wait,
     .chunk_sumsq = cuda_chunk_sumsq,
     .optim_update = cuda_optim_update,
     .dense_forward = cuda_dense_forward,
@@ -168,6 +211,7 @@ static const gl_backend cuda_table = {
     .act_backward = cuda_act_backward,
     .softmax_xent = cuda_softmax_xent,
     .regression_loss = cuda_regression_loss,
+    .metrics_sums = cuda_metrics_sums,
     .set_threads = cu_set_threads,
     .set_precision = cu_set_precision,
     .conv_forward = cuda_conv_forward,
@@ -232,6 +276,10 @@ const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
         return NULL;
     }
     CU_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+    CU_CHECK(cudaStreamCreateWithFlags(&ctx.copy, cudaStreamNonBlocking));
+    // Ordering only, no timing: the cheapest events.
+    CU_CHECK(cudaEventCreateWithFlags(&ctx.copy_after, cudaEventDisableTiming));
+    CU_CHECK(cudaEventCreateWithFlags(&ctx.copy_done, cudaEventDisableTiming));
     CUDNN_CHECK(cudnnCreate(&ctx.cudnn));
     CUDNN_CHECK(cudnnSetStream(ctx.cudnn, ctx.stream));
     CUBLAS_CHECK(cublasCreate(&ctx.cublas));

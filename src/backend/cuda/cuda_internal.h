@@ -25,6 +25,8 @@ typedef struct {
     int device;            // CUDA ordinal
     cudaDeviceProp prop;
     cudaStream_t stream;   // every kernel, copy, cuDNN and cuBLAS call of the step
+    cudaStream_t copy;     // upload_async's host-to-device copies of the next batch
+    cudaEvent_t copy_after, copy_done;  // compute -> copy (the buffer is free), copy -> compute (it is full)
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     void *work;            // device workspace (cuDNN, reductions)
@@ -32,6 +34,8 @@ typedef struct {
     size_t work_limit;     // the most cuDNN algorithms may ask for (bytes)
     void *stage;           // device copy of host inputs to the losses
     size_t stage_bytes;
+    const void *stage_of;  // the host array whose copy starts the stage (cuda_stage_name), or NULL
+    size_t stage_of_bytes;
     double *red;           // device partial sums for losses and norms: red_count doubles
     int64_t red_count;
     double *red_host;      // pinned host mirror of red
@@ -45,6 +49,13 @@ void *cuda_workspace(size_t bytes);
 // Copies `bytes` of host memory into the staging buffer (on the stream) and returns its device
 // address, valid until the next cuda_stage call.
 void *cuda_stage(const void *host, size_t bytes);
+// Declares that the stage now starts with a copy of host[0, bytes) (cuda_stage of a packed
+// buffer sets no name of its own), so cuda_stage_find can reuse it.
+void cuda_stage_name(const void *host, size_t bytes);
+// The device copy of host[0, bytes): the stage when the last cuda_stage was of that array (the
+// loss staged the labels the metrics need next), else a fresh cuda_stage. The caller vouches the
+// host array is unchanged since.
+const void *cuda_stage_find(const void *host, size_t bytes);
 // At least `count` device doubles for partial sums, and the pinned host mirror of the same size.
 double *cuda_partials(int64_t count, double **host);
 
@@ -95,6 +106,9 @@ void cuda_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int
 void cuda_chunk_sumsq(int nchunks, const gl_chunk *chunks, const float *x, double *part);
 void cuda_optim_update(int nchunks, const gl_chunk *chunks, const gl_optim_args *a, float *w, float *g, float *s0,
                        float *s1, double *part, const double *ratio);
+// cuda_metrics.cu
+void cuda_metrics_sums(bool class_like, bool topk, bool iou, int64_t n, int64_t c, int64_t s, int k, const float *out,
+                       const int32_t *labels, const float *values, int64_t *counts, double *abs_sum);
 // cuda_loss.cu
 double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                          const float *weights, float *dlogits);

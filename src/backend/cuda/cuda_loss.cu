@@ -6,32 +6,9 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_reduce.h"
 #include "galley/check.h"
 #include "galley/recipe.h"  // LOSS_MSE
-
-// Sum of v over the block (blockDim a multiple of 32), valid in thread 0. Fixed order.
-__device__ static double block_sum(double v) {
-    __shared__ double part[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < warps ? part[lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    }
-    return v;
-}
-
-// Waits for partials[0, blocks) and adds them on the host in block order.
-static double partials_sum(const double *dev, double *host, unsigned blocks) {
-    cudaStream_t st = cuda_ctx_get()->stream;
-    CU_CHECK(cudaMemcpyAsync(host, dev, sizeof(double) * blocks, cudaMemcpyDeviceToHost, st));
-    CU_CHECK(cudaStreamSynchronize(st));
-    double total = 0.0;
-    for (unsigned b = 0; b < blocks; b++) total += host[b];
-    return total;
-}
 
 // logits[N, C, S], labels[N, S], weights[C] or NULL -> partial[blocks] of sum w[y] * nll, and
 // dlogits[N, C, S] = w[y] * inv * (softmax - onehot) unless NULL (inv = 1 / sum w, from the host).
@@ -69,7 +46,7 @@ __global__ static void softmax_xent_k(int64_t n, int64_t c, int64_t s, const flo
             }
         }
     }
-    acc = block_sum(acc);
+    acc = cuda_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -92,6 +69,7 @@ double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, c
     if (weights) memcpy(pack + lbytes, weights, wbytes);
     const char *staged = (const char *)cuda_stage(pack, lbytes + wbytes);
     free(pack);  // cuda_stage has copied pageable memory by the time it returns
+    cuda_stage_name(labels, lbytes);  // the metrics that follow reuse the labels' copy
     const int32_t *dlabels = (const int32_t *)staged;
     const float *dweights = weights ? (const float *)(staged + lbytes) : NULL;
 
@@ -105,7 +83,7 @@ double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, c
     else
         softmax_xent_k<1><<<blocks, GL_BLOCK, 0, st>>>(n, c, s, logits, dlabels, dweights, inv, dlogits, partial);
     CU_LAUNCHED();
-    const double total = partials_sum(partial, host, blocks);
+    const double total = cuda_partials_sum(partial, host, blocks);
     return wsum > 0 ? total / wsum : 0.0;
 }
 
@@ -119,7 +97,7 @@ __global__ static void regression_k(int kind, int64_t count, double inv, const f
         acc += kind == LOSS_MSE ? e * e : fabs(e);
         if (dpred) dpred[i] = (float)(kind == LOSS_MSE ? 2.0 * e * inv : (e > 0 ? inv : e < 0 ? -inv : 0.0));
     }
-    acc = block_sum(acc);
+    acc = cuda_block_sum(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
@@ -132,5 +110,5 @@ double cuda_regression_loss(int kind, int64_t count, const float *pred, const fl
     double *partial = cuda_partials(blocks, &host);
     regression_k<<<blocks, GL_BLOCK, 0, cuda_ctx_get()->stream>>>(kind, count, inv, pred, dtarget, dpred, partial);
     CU_LAUNCHED();
-    return partials_sum(partial, host, blocks) * inv;
+    return cuda_partials_sum(partial, host, blocks) * inv;
 }

@@ -8,28 +8,11 @@
 // the host between the passes and red->sum is called exactly as the CPU kernel calls it (same
 // buffers, counts and order), since every rank calls it in lockstep.
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_reduce.h"
 
 #define GRID_STRIDE(i, n)                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
          i += (int64_t)gridDim.x * blockDim.x)
-
-// Sum of v over the block (blockDim a multiple of 32), returned to every thread. Fixed order:
-// warp shuffles, then the first warp over the warps' sums.
-__device__ static double block_sum(double v) {
-    __shared__ double part[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    __syncthreads();  // every thread has read part[0] of a previous call
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < warps ? part[lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-        if (lane == 0) part[0] = v;
-    }
-    __syncthreads();
-    return part[0];
-}
 
 // ---- batch norm -------------------------------------------------------------------------------
 
@@ -71,7 +54,7 @@ __global__ static void bn_stat_parts_k(int64_t n, int64_t c, int64_t s, bn_split
             acc += d * d;
         }
     }
-    acc = block_sum(acc);
+    acc = cuda_block_sum(acc);
     if (threadIdx.x == 0) part[ch * sp.parts + p] = acc;
 }
 
@@ -88,8 +71,8 @@ __global__ static void bn_grad_parts_k(int64_t n, int64_t c, int64_t s, bn_split
         sdy += g;
         sdyx += (double)g * (double)((x[k] - mu) * is);
     }
-    sdy = block_sum(sdy);
-    sdyx = block_sum(sdyx);
+    sdy = cuda_block_sum(sdy);
+    sdyx = cuda_block_sum(sdyx);
     if (threadIdx.x == 0) part[ch * sp.parts + p] = sdy, part[(c + ch) * sp.parts + p] = sdyx;
 }
 
@@ -276,9 +259,9 @@ __global__ static void ln_forward_k(int64_t n, int64_t k, const float *x, const 
         float *yp = y + i * k;
         double sum = 0.0, sq = 0.0;
         for (int64_t j = threadIdx.x; j < k; j += blockDim.x) sum += xp[j];
-        const double mean = block_sum(sum) / (double)k;
+        const double mean = cuda_block_sum(sum) / (double)k;
         for (int64_t j = threadIdx.x; j < k; j += blockDim.x) sq += (xp[j] - mean) * (xp[j] - mean);
-        const double inv = 1.0 / sqrt(block_sum(sq) / (double)k + (double)eps);
+        const double inv = 1.0 / sqrt(cuda_block_sum(sq) / (double)k + (double)eps);
         if (threadIdx.x == 0) saved[i] = (float)mean, saved[n + i] = (float)inv;
         const float mu = (float)mean, is = (float)inv;
         for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
@@ -308,7 +291,7 @@ __global__ static void ln_backward_dx_k(int64_t n, int64_t k, const float *x, co
             sg += g;
             sgx += (double)g * (double)((xp[j] - mu) * is);
         }
-        const float a = (float)(block_sum(sg) / (double)k), b = (float)(block_sum(sgx) / (double)k);
+        const float a = (float)(cuda_block_sum(sg) / (double)k), b = (float)(cuda_block_sum(sgx) / (double)k);
         for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
             float g = gamma ? dyp[j] * gamma[j] : dyp[j];
             dx[i * k + j] += is * (g - a - (xp[j] - mu) * is * b);

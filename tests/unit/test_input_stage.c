@@ -1,0 +1,321 @@
+// test_input_stage.c: the next batch's copy during the current step (src/train/input_stage.c).
+// A fake backend defers every upload_async until upload_wait or sync, as a GPU's copy stream
+// would, and fails the test if a copy targets the buffer the current step reads. Checked: each
+// step sees exactly its batch (against a second loader's plain stream), whether it was staged or
+// not; writes into the current buffer between steps (an evaluation) do not reach the next batch;
+// a batch taken early and never used is given back; pinning covers the loader's slots, is undone,
+// and a refusal gives the note; a read that fails on a batch taken early fails its own step.
+#include "testlib.h"
+
+#include <hdf5.h>
+
+#include "galley/h5data.h"
+#include "galley/loader.h"
+#include "train/train_internal.h"
+
+// ---- the fake asynchronous backend ----------------------------------------------------------
+
+enum { MAX_PENDING = 8, MAX_PINS = 64 };
+static struct {
+    gl_backend be;
+    const gl_graph *g;  // the graph whose current input buffer no copy may target
+    struct {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    } pending[MAX_PENDING];
+    int npending, copies, waits;
+    void *pins[MAX_PINS];
+    int npins, pin_fail_at;  // pin_fail_at: the pin call (from 1) that fails; 0: none
+    int pin_calls;
+} fk;
+
+static void fk_flush(void) {
+    for (int i = 0; i < fk.npending; i++) memcpy(fk.pending[i].dst, fk.pending[i].src, fk.pending[i].bytes);
+    fk.npending = 0;
+}
+static void fk_upload_async(void *dst, const void *src, size_t bytes) {
+    assert_true(fk.npending < MAX_PENDING);
+    // The step in flight reads g->input.data: a copy there would race it on a GPU.
+    assert_ptr_not_equal(dst, fk.g->input.data);
+    fk.pending[fk.npending].dst = dst, fk.pending[fk.npending].src = src, fk.pending[fk.npending].bytes = bytes;
+    fk.npending++, fk.copies++;
+}
+static void fk_upload_wait(void) { fk.waits++, fk_flush(); }
+static void fk_sync(void) { fk_flush(); }
+static int fk_host_pin(void *p, size_t bytes, char *msg, size_t len) {
+    (void)bytes;
+    if (++fk.pin_calls == fk.pin_fail_at) {
+        snprintf(msg, len, "fake: locked-memory limit");
+        return -1;
+    }
+    assert_true(fk.npins < MAX_PINS);
+    fk.pins[fk.npins++] = p;
+    return 0;
+}
+static void fk_host_unpin(void *p) {
+    for (int i = 0; i < fk.npins; i++)
+        if (fk.pins[i] == p) {
+            fk.pins[i] = fk.pins[--fk.npins];
+            return;
+        }
+    fail_msg("unpinned %p, which was not pinned", p);
+}
+
+static const gl_backend *fake_backend(const gl_graph *g, int pin_fail_at) {
+    memset(&fk, 0, sizeof fk);
+    fk.be = *backend_cpu();  // memory and the rest from the CPU
+    fk.be.name = "fake-async";
+    fk.be.upload_async = fk_upload_async;
+    fk.be.upload_wait = fk_upload_wait;
+    fk.be.sync = fk_sync;
+    fk.be.host_pin = fk_host_pin;
+    fk.be.host_unpin = fk_host_unpin;
+    fk.g = g;
+    fk.pin_fail_at = pin_fail_at;
+    return &fk.be;
+}
+
+// ---- a loader, a minimal graph (only the input is used) and the stage ------------------------
+
+static void srecipe(recipe_t *r, const char *data) {
+    char yaml[2048];
+    snprintf(yaml, sizeof yaml,
+             "seed: 11\ndata:\n%s  loader: {threads: 2, prefetch: 3}\n"
+             "model:\n  layers:\n    - {type: relu}\noptimizer: {lr: 0.1}\ntrain: {batch_size: 7, epochs: 4}\n",
+             data);
+    tl_recipe(r, yaml, 0, NULL);
+}
+
+static gl_loader *open_train(const recipe_t *r) {
+    loader_params p;
+    loader_default_params(&p);
+    gl_loader *L;
+    if (loader_open(&L, r, &p, stderr)) fail_msg("loader_open failed");
+    return L;
+}
+
+typedef struct {
+    gl_graph g;
+    gl_arena a;
+    float *own;  // the input buffer graph_bind would have given
+} mini;
+
+static void mini_init(mini *m, const gl_loader *L, const gl_backend *be) {
+    memset(m, 0, sizeof *m);
+    m->g.input.size = loader_shape(L)->size;
+    m->g.batch = loader_batch_capacity(L);
+    m->g.be = be;
+    m->own = calloc((size_t)(m->g.input.size * m->g.batch), sizeof(float));
+    m->g.input.data = m->own;
+    arena_init_for(&m->a, input_stage_bytes(&m->g), be);
+}
+
+static void mini_free(mini *m) {
+    arena_free(&m->a);
+    free(m->own);
+}
+
+static const char *synth = "  synthetic: {kind: shapes2d, size: 8, train_size: 40, val_size: 9}\n"
+                           "  augment: {flip: true, noise: 0.1}\n";
+
+// Steps through 20 batches (several epochs, a short last batch each) as train.c does.
+static void test_every_step_sees_its_own_batch(void **st) {
+    (void)st;
+    recipe_t r;
+    srecipe(&r, synth);
+    gl_loader *L = open_train(&r), *ref = open_train(&r);
+    mini m;
+    mini_init(&m, L, fake_backend(NULL, 0));
+    fk.g = &m.g;
+    input_stage s;
+    char note[256];
+    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, note, sizeof note);
+    assert_true(s.on);
+    assert_string_equal(note, "");
+    assert_int_equal(fk.npins, loader_slots(L));  // every slot pinned
+    for (int i = 0; i < loader_slots(L); i++) {
+        size_t bytes;
+        float *x = loader_slot_x(L, i, &bytes);
+        assert_true(bytes >= sizeof(float) * (size_t)(m.g.input.size * m.g.batch));
+        bool found = false;
+        for (int j = 0; j < fk.npins; j++) found |= fk.pins[j] == x;
+        assert_true(found);
+    }
+    const int steps = 20;
+    const size_t row = sizeof(float) * (size_t)m.g.input.size;
+    int staged_steps = 0;
+    for (int k = 0; k < steps; k++) {
+        gl_batch b, want;
+        bool staged;
+        assert_int_equal(input_stage_take(&s, &b, &staged, stderr), 0);
+        assert_int_equal(loader_next(ref, &want, stderr), 0);
+        assert_int_equal(b.n, want.n);
+        assert_int_equal(b.epoch, want.epoch);
+        assert_int_equal(b.index, want.index);
+        if (!staged) memcpy(m.g.input.data, b.x, row * (size_t)b.n);  // what load_rows does
+        staged_steps += staged;
+        // The step's kernels run after upload_wait: by then the input holds exactly this batch.
+        assert_memory_equal(m.g.input.data, want.x, row * (size_t)want.n);
+        loader_release(ref, &want);
+        if (k + 1 < steps) {
+            // Readers get time to finish the next batch, as a step would give them.
+            for (int tries = 0; tries < 200 && !s.have; tries++) {
+                input_stage_ahead(&s, stderr);
+                if (!s.have) usleep(1000);
+            }
+        }
+        // An evaluation between steps writes the current buffer; the next batch is elsewhere.
+        memset(m.g.input.data, 0xff, row * (size_t)m.g.batch);
+        loader_release(L, &b);
+    }
+    assert_true(staged_steps >= steps / 2);  // readers are far ahead of this loop
+    assert_int_equal(s.steps, steps);
+    assert_int_equal(s.early, staged_steps);
+    assert_int_equal(fk.copies, staged_steps);
+    char line[256];
+    input_stage_describe(&s, line, sizeof line);
+    assert_non_null(strstr(line, "batches were ready a step ahead"));
+    input_stage_free(&s);
+    assert_int_equal(fk.npins, 0);
+    loader_free(L), loader_free(ref);
+    mini_free(&m);
+    recipe_free(&r);
+}
+
+// The run ends with a batch taken early: its copy lands, its slot goes back (loader_free then
+// joins the readers; a slot never released would not stop it, but the copy must not be lost mid-air).
+static void test_a_batch_taken_early_is_given_back(void **st) {
+    (void)st;
+    recipe_t r;
+    srecipe(&r, synth);
+    gl_loader *L = open_train(&r);
+    mini m;
+    mini_init(&m, L, fake_backend(NULL, 0));
+    fk.g = &m.g;
+    input_stage s;
+    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, NULL, 0);
+    gl_batch b;
+    bool staged;
+    assert_int_equal(input_stage_take(&s, &b, &staged, stderr), 0);
+    assert_false(staged);
+    for (int tries = 0; tries < 500 && !s.have; tries++) {
+        input_stage_ahead(&s, stderr);
+        if (!s.have) usleep(1000);
+    }
+    assert_true(s.have);
+    assert_int_equal(fk.npending, 1);
+    loader_release(L, &b);
+    input_stage_free(&s);
+    assert_int_equal(fk.npending, 0);  // waited for
+    assert_false(s.have);
+    // Both slots are back: the stream goes on from batch 2.
+    gl_batch c;
+    assert_int_equal(loader_next(L, &c, stderr), 0);
+    assert_int_equal(c.index, 2);
+    loader_release(L, &c);
+    loader_free(L);
+    mini_free(&m);
+    recipe_free(&r);
+}
+
+// A refused pin (a locked-memory limit) leaves copies working and says so; off means off.
+static void test_pin_refused_and_off(void **st) {
+    (void)st;
+    recipe_t r;
+    srecipe(&r, synth);
+    gl_loader *L = open_train(&r);
+    mini m;
+    mini_init(&m, L, fake_backend(NULL, 2));
+    fk.g = &m.g;
+    input_stage s;
+    char note[400];
+    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, note, sizeof note);
+    assert_true(s.on);
+    assert_int_equal(fk.npins, 1);
+    assert_non_null(strstr(note, "fake: locked-memory limit"));
+    assert_non_null(strstr(note, "ulimit -l"));
+    input_stage_free(&s);
+    assert_int_equal(fk.npins, 0);
+    // Off (distributed.deterministic): nothing pinned, every take is a plain loader_next.
+    input_stage_init(&s, &fk.be, &m.g, L, false, &m.a, note, sizeof note);
+    assert_false(s.on);
+    assert_int_equal(fk.npins, 0);
+    gl_batch b;
+    bool staged;
+    assert_int_equal(input_stage_take(&s, &b, &staged, stderr), 0);
+    input_stage_ahead(&s, stderr);
+    assert_false(s.have);
+    assert_false(staged);
+    loader_release(L, &b);
+    input_stage_free(&s);
+    loader_free(L);
+    mini_free(&m);
+    recipe_free(&r);
+}
+
+// A read that fails in a batch taken early is that batch's step's failure, named as ever.
+static void test_failed_read_taken_early_fails_its_step(void **st) {
+    (void)st;
+    char dir[64] = "/tmp/galley_is_XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/badlabel.h5", dir);
+    hid_t f = (hid_t)h5_create_file(path);
+    float x[16] = {0};
+    int32_t y[16] = {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    int64_t perm[16];
+    loader_epoch_order(perm, 16, 11, 1);  // the recipe's seed, epoch 1
+    y[perm[14]] = 5;  // position 14 of the epoch: in its third batch of 7
+    uint64_t xd[2] = {16, 1}, yd[1] = {16};
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, yd, y, 0, 0);
+    H5Fclose(f);
+    char data[512];
+    snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s}\n  val: {files: %s}\n", path, path);
+    recipe_t r;
+    srecipe(&r, data);
+    gl_loader *L = open_train(&r);
+    mini m;
+    mini_init(&m, L, fake_backend(NULL, 0));
+    fk.g = &m.g;
+    input_stage s;
+    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, NULL, 0);
+    tl_stream ts;
+    FILE *err = tl_stream_open(&ts);
+    int failed_at = -1;
+    for (int k = 0; k < 3 && failed_at < 0; k++) {
+        gl_batch b;
+        bool staged;
+        int rc = input_stage_take(&s, &b, &staged, err);
+        if (rc) failed_at = k;
+        if (!rc && k + 1 < 3)
+            for (int tries = 0; tries < 500 && !s.have; tries++) {
+                input_stage_ahead(&s, err);
+                if (!s.have) usleep(1000);
+            }
+        loader_release(L, &b);
+    }
+    char *msg = tl_stream_close(&ts);
+    assert_int_equal(failed_at, 2);
+    assert_true(s.failed);  // the failing batch was the one taken early
+    assert_int_equal(s.early, 1);
+    assert_non_null(strstr(msg, "badlabel.h5"));
+    free(msg);
+    input_stage_free(&s);
+    loader_free(L);
+    mini_free(&m);
+    recipe_free(&r);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_step_sees_its_own_batch),
+        cmocka_unit_test(test_a_batch_taken_early_is_given_back),
+        cmocka_unit_test(test_pin_refused_and_off),
+        cmocka_unit_test(test_failed_read_taken_early_fails_its_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
