@@ -13,6 +13,18 @@
 // distributed.bucket_mb, from the last layer backwards (the order backward fills them). A
 // bucket's non-blocking allreduce starts as soon as backward has passed its first layer, and
 // in-flight ones are progressed after every layer, so communication overlaps the rest of backward.
+//
+// What runs where. On the CPU backend, and on GPUs where NCCL cannot be used, buckets are summed
+// by MPI (dist.c) from the host: on a GPU that is managed memory, so backward waits for the GPU
+// before each layer hook. With the CUDA backend and every rank on a GPU of its own, NCCL sums
+// them in GPU memory (grad_nccl.c decides and bounds the waits; src/backend/cuda/cuda_nccl.cu
+// behind galley/devcomm.h makes the calls): each bucket's ncclAllReduce is queued on NCCL's own
+// stream behind the compute stream's work so far (an event), with no host wait per layer, and
+// gradsync_finish makes the compute stream wait for the last one, then waits on the host,
+// bounded by the timeout. Setup gathers every rank's GPU UUID and NCCL state so all ranks choose
+// alike; a shared GPU (NCCL refuses one), a rank without libnccl.so.2, a CPU rank or
+// GALLEY_NCCL=0 keeps MPI and rank 0 says why. Everything else stays on MPI: the per-step loss
+// and metrics reduction, sync_batchnorm, distributed.deterministic's gathers, broadcasts.
 #ifndef GALLEY_DIST_H
 #define GALLEY_DIST_H
 
@@ -46,6 +58,7 @@ void dist_max_ints(gl_dist *d, int *buf, int count, const char *what, int64_t st
 // all[world * count] = every rank's mine[count], in rank order.
 void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all, const char *what, int64_t step);
 void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all, const char *what, int64_t step);
+void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const char *what, int64_t step);
 // bytes of buf from rank root to all.
 void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step);
 void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const char *what, int64_t step);

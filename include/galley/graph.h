@@ -31,6 +31,10 @@ typedef struct {
     // their allreduce from here. NULL: none.
     void (*layer_done)(void *ctx, int layer);
     void *layer_done_ctx;
+    // The hook only queues GPU work behind the layer's kernels (NCCL on its own stream, ordered
+    // by an event), so backward need not wait for the GPU first; false: it reads gradients on
+    // the host (MPI), and backward waits for the GPU before each call.
+    bool layer_done_on_device;
 } gl_graph;
 
 // Builds layers from the recipe and infers shapes. On error prints

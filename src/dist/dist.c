@@ -133,6 +133,16 @@ void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all,
     dist_wait(d, 1, &r, what, step);
 }
 
+void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const char *what, int64_t step) {
+    if (!d->mpi || d->world == 1) {
+        memcpy(all, mine, (size_t)bytes);
+        return;
+    }
+    MPI_Request r;
+    MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, COMM(d), &r);
+    dist_wait(d, 1, &r, what, step);
+}
+
 // Large blocks go in pieces: MPI counts are ints.
 #define DIST_PIECE ((int64_t)1 << 26)
 
@@ -237,6 +247,10 @@ void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all,
 void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all, const char *what, int64_t step) {
     (void)d, (void)what, (void)step;
     memcpy(all, mine, sizeof(float) * (size_t)count);
+}
+void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const char *what, int64_t step) {
+    (void)d, (void)what, (void)step;
+    memcpy(all, mine, (size_t)bytes);
 }
 void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step) {
     (void)d, (void)buf, (void)bytes, (void)root, (void)what, (void)step;

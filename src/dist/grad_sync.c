@@ -4,6 +4,12 @@
 // holds about bucket_mb (the first: 1 MiB); layers without parameters belong to none. Layer i's backward completes
 // bucket b when i is b's lowest layer, because backward visits layers last to first. Non-blocking
 // MPI progresses only inside MPI calls, so every layer hook also tests the buckets in flight.
+//
+// Two paths (grad_nccl.c chooses once, every rank alike). MPI reads the buckets from the host,
+// so backward waits for the GPU before each hook. NCCL (the CUDA backend, a GPU per rank) queues
+// each bucket's sum on its own stream behind the layers that wrote it: backward never waits, and
+// gradsync_finish waits once, for the last sum.
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "dist/dist_internal.h"
@@ -27,11 +33,17 @@ struct gl_gradsync {
     int next;  // the next bucket to start (they start in order)
     int64_t step;
     char what[64];
+    gl_devcomm *dev;  // NCCL's communicator; NULL: MPI
 };
 
 static void start_bucket(gl_gradsync *s, bucket *b) {
-    dist_iallreduce_floats(s->d, s->g->grads + b->off, b->len, b->reqs, &b->nreq);
     b->started = 1;
+    if (s->dev) {
+        snprintf(s->what, sizeof s->what, "the NCCL gradient allreduce (bucket %d of %d)", (int)(b - s->b) + 1, s->nb);
+        gradnccl_allreduce(s->d, s->dev, s->g->grads + b->off, b->len, s->what, s->step);
+        return;
+    }
+    dist_iallreduce_floats(s->d, s->g->grads + b->off, b->len, b->reqs, &b->nreq);
 }
 
 // Progresses the buckets in flight (a cheap test each).
@@ -45,7 +57,7 @@ static void poke(gl_gradsync *s) {
 static void on_layer_done(void *ctx, int layer) {
     gl_gradsync *s = ctx;
     while (s->next < s->nb && s->b[s->next].lo_layer >= layer) start_bucket(s, &s->b[s->next++]);
-    poke(s);
+    if (!s->dev) poke(s);  // NCCL progresses on its own
 }
 
 gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overlap) {
@@ -77,11 +89,13 @@ gl_gradsync *gradsync_new(gl_dist *d, gl_graph *g, double bucket_mb, bool overla
         GL_CHECK(s->b[k].len / ((int64_t)1 << 26) < MAX_PIECES_PER_BUCKET, "gradient bucket too large");
         s->b[k].reqs = gl_xcalloc(MAX_PIECES_PER_BUCKET, rs);
     }
+    s->dev = gradnccl_open(d, g);  // a collective: every rank calls gradsync_new
     return s;
 }
 
 void gradsync_free(gl_gradsync *s) {
     if (!s) return;
+    gradnccl_close(s->d, s->dev);
     for (int k = 0; k < s->nb; k++) free(s->b[k].reqs);
     free(s->b);
     free(s);
@@ -93,15 +107,21 @@ void gradsync_begin(gl_gradsync *s, int64_t step) {
     s->step = step;
     s->next = 0;
     for (int k = 0; k < s->nb; k++) s->b[k].started = s->b[k].done = 0;
-    s->g->layer_done = s->overlap && s->d->world > 1 ? on_layer_done : NULL;
+    s->g->layer_done = s->overlap && (s->d->world > 1 || s->dev) ? on_layer_done : NULL;
     s->g->layer_done_ctx = s;
+    s->g->layer_done_on_device = s->dev != NULL;  // NCCL orders on the GPU: no host wait per layer
 }
 
 double gradsync_finish(gl_gradsync *s) {
     s->g->layer_done = NULL;
-    if (s->d->world == 1) return 0;
+    if (s->d->world == 1 && !s->dev) return 0;
     double t0 = dist_now();
     while (s->next < s->nb) start_bucket(s, &s->b[s->next++]);
+    if (s->dev) {
+        snprintf(s->what, sizeof s->what, "the NCCL gradient allreduce (%d bucket%s)", s->nb, s->nb == 1 ? "" : "s");
+        gradnccl_wait(s->d, s->dev, s->what, s->step);
+        return dist_now() - t0;
+    }
     for (int k = 0; k < s->nb; k++) {
         bucket *b = &s->b[k];
         if (b->done) continue;

@@ -182,9 +182,10 @@ void graph_backward(gl_graph *g, int64_t n) {
             if (first && !l->grad_set[k] && !cleared_before) graph_zero_grad(g, t, n);
         }
         if (l->kind->backward) l->kind->backward(l, g->be, n);
-        // Buckets hand gradients to MPI from the host: they must be complete first.
+        // Buckets handed to MPI are read from the host: they must be complete first. NCCL's are
+        // ordered on the GPU (layer_done_on_device), so backward runs on without waiting.
         if (g->layer_done) {
-            if (g->be->device) g->be->sync();
+            if (g->be->device && !g->layer_done_on_device) g->be->sync();
             g->layer_done(g->layer_done_ctx, i);
         }
     }
