@@ -7,15 +7,17 @@
 #   1. the machine: nvidia-smi, `galley info`;
 #   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
-#   3. tests: unit/test_cuda_ops (every kernel against the CPU backend) and e2e/test_cuda_train
+#   3. tests: unit/test_cuda_ops (every kernel against the CPU backend), e2e/test_cuda_train
 #      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
-#      tf32 trainings whose loss must go down);
+#      tf32 trainings whose loss must go down) and e2e/test_dist_nccl (the gradient allreduce
+#      through NCCL on one GPU, GALLEY_NCCL=force; mpirun -np 2: NCCL, or with one GPU the MPI
+#      fallback and its one line; losses against one process);
 #   4. the benchmark: tests/bench/gpu/run.sh (galley, in bf16 by default, against PyTorch where
 #      PyTorch is installed).
 # Each part has its own time limit and none runs past 470 s after the start, so the whole run
 # stays under 8 minutes: the build at most 240 s (configure and compile together), test_cuda_ops
-# 120 s, test_cuda_train 300 s (each cut to the time left; test_cuda_ops keeps 120 s of it for
-# test_cuda_train), the benchmark what is left after the tests (BENCH_SECONDS; its own default
+# 120 s, test_cuda_train 300 s, test_dist_nccl 60 s (each cut to the time left; test_cuda_ops
+# keeps 120 s of it for test_cuda_train, which keeps 30 s for test_dist_nccl), the benchmark what is left after the tests (BENCH_SECONDS; its own default
 # BENCH_BUDGET of 240 s at most; skipped with 60 s or less). Everything is logged to
 # OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
 set -uo pipefail
@@ -74,10 +76,18 @@ else
 fi
 
 say "3b. e2e/test_cuda_train"
-lim=$(limit 300)
+lim=$(limit 300 30) # leaves test_dist_nccl at least 30 s
 GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout "$lim" bash "$ROOT/tests/e2e/test_cuda_train.sh"
 rc=$?
 say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+[[ $rc == 0 ]] || status=1
+
+say "3c. e2e/test_dist_nccl"
+lim=$(limit 60)
+GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_nccl.sh"
+rc=$?
+say "test_dist_nccl: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
 [[ $rc == 0 ]] || status=1
 
 say "4. benchmark"
