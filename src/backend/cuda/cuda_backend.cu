@@ -215,6 +215,7 @@ static const gl_backend cuda_table = {
     .set_threads = cu_set_threads,
     .set_precision = cu_set_precision,
     .conv_forward = cuda_conv_forward,
+    .conv_forward_act = cuda_conv_forward_act,
     .conv_backward = cuda_conv_backward,
     .conv_transpose_forward = cuda_conv_transpose_forward,
     .conv_transpose_backward = cuda_conv_transpose_backward,

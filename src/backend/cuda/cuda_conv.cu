@@ -535,10 +535,18 @@ __global__ static void stage_out(int64_t total, stage_map m, const float *xc, fl
     }
 }
 
-// y[N, CH, P] += b[CH]
-__global__ static void bias_add(int64_t total, int64_t ch, int64_t P, const float *b, float *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += b[i / P % ch];
+// The epilogue of the forward passes, one pass over y[N, CH, P]: y = act(y + b[CH]), b NULL for
+// none; A: 0 no activation, else ACT_RELU + 1 or ACT_LEAKY_RELU + 1 (slope >= 0). The same float
+// operations as a bias pass and then cuda_act_forward, so fusing changes no bit.
+template <int A>
+__global__ static void bias_act(int64_t total, int64_t ch, int64_t P, const float *b, float slope, float *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = y[i];
+        if (b) v += b[i / P % ch];
+        if (A == ACT_RELU + 1) v = v > 0.0f ? v : 0.0f;
+        if (A == ACT_LEAKY_RELU + 1) v = v > 0.0f ? v : slope * v;
+        y[i] = v;
+    }
 }
 
 // dy[N, CH, P] -> part[CH, Q]: block (c, q) sums slice q of Q equal slices of channel c's N*P
@@ -576,12 +584,15 @@ __global__ static void bias_finish(int64_t ch, int64_t Q, const double *part, fl
     }
 }
 
-// y[N, CH, P] += b[CH]
-static void bias_forward(int64_t n, int64_t ch, int64_t P, const float *b, float *y) {
+// y[N, CH, P] = act(y + b[CH]); act < 0: none (then b is not NULL); slope: leaky_relu's
+static void bias_act_forward(int64_t n, int64_t ch, int64_t P, const float *b, int act, float slope, float *y) {
     cuda_ctx *cx = cuda_ctx_get();
     int64_t total = n * ch * P;
-    if (total == 0) return;
-    bias_add<<<cuda_grid(total, GL_BLOCK), GL_BLOCK, 0, cx->stream>>>(total, ch, P, b, y);
+    if (total == 0 || (!b && act < 0)) return;
+    unsigned g = cuda_grid(total, GL_BLOCK);
+    if (act == ACT_RELU) bias_act<ACT_RELU + 1><<<g, GL_BLOCK, 0, cx->stream>>>(total, ch, P, b, slope, y);
+    else if (act == ACT_LEAKY_RELU) bias_act<ACT_LEAKY_RELU + 1><<<g, GL_BLOCK, 0, cx->stream>>>(total, ch, P, b, slope, y);
+    else bias_act<0><<<g, GL_BLOCK, 0, cx->stream>>>(total, ch, P, b, slope, y);
     CU_LAUNCHED();
 }
 
@@ -730,11 +741,11 @@ static void run_data(const cv_entry *e, const cv_work *wk, const float *w, const
 
 // ---- the backend's entry points (shapes in backend.h; scratch is the CPU's im2col space) -------
 
-// x[N, C, in] -> y[N, F, out] (overwritten) + b[F]
-void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
-    (void)scratch, (void)scratch_floats;
+// x[N, C, in] -> y[N, F, out] = act(conv + b[F]) (overwritten); act < 0: none
+static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                              const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                              const int64_t p[3], const float *x, const float *w, const float *b, float *y, int act,
+                              float slope) {
     if (n <= 0) return;
     cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
     cv_layout L = layout_of(&g);
@@ -748,7 +759,26 @@ void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const in
         cv_work wk = work_get(e, 1u << PASS_FWD);
         run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false);
     }
-    if (b) bias_forward(n, f, spatial(out), b, y);
+    bias_act_forward(n, f, spatial(out), b, act, slope, y);
+}
+
+void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
+                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
+                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
+    (void)scratch, (void)scratch_floats;
+    conv_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, -1, 0.0f);
+}
+
+// The graph fuses a convolution with the relu or leaky_relu that alone reads it (graph_build):
+// the activation rides on the bias pass, and its buffer is the convolution's.
+void cuda_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                           const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                           const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                           float *scratch, int64_t scratch_floats, gl_act act, float slope) {
+    (void)scratch, (void)scratch_floats;
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    conv_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
 }
 
 // dw[F, C/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none)
@@ -801,7 +831,7 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
         // Positions past the convolution's reach (output_padding) come out as 0, then get the bias.
         run_data(e, &wk, w, xs, y + s0 * L.x_elems, false, false);
     }
-    if (b) bias_forward(n, f, spatial(out), b, y);
+    bias_act_forward(n, f, spatial(out), b, -1, 0.0f, y);
 }
 
 // dw[C, F/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none): the
