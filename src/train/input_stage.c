@@ -39,6 +39,9 @@ void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_load
             if (note && len)
                 snprintf(note, len, "input copies are not overlapped with compute (%s); raise the locked-memory "
                                     "limit (ulimit -l) to allow it", msg);
+            // All or none, so the end summary's word for the copies holds for every batch.
+            for (int j = 0; j < s->npinned; j++) be->host_unpin(s->pinned[j]);
+            s->npinned = 0;
             break;
         }
         s->pinned[s->npinned++] = x;

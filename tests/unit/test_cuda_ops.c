@@ -278,6 +278,16 @@ static void test_activations(void **state) {
         b->gpu->act_backward(acts[ai].act, alpha, n, x.g, dy.g, dx.g);
         b->gpu->sync();
         expect_elem(ctx, "dx", dx.g, dx.c, n);
+        // act_backward_set writes dx whole (NaN before): the CPU's within tolerance, and bit for
+        // bit the GPU's clearing then adding, signs of zero included.
+        twin ds = twin_const(b, n, NAN), dz = twin_const(b, n, 0.0f);
+        b->cpu->act_backward_set(acts[ai].act, alpha, n, x.c, dy.c, ds.c);
+        b->gpu->act_backward_set(acts[ai].act, alpha, n, x.g, dy.g, ds.g);
+        b->gpu->act_backward(acts[ai].act, alpha, n, x.g, dy.g, dz.g);
+        b->gpu->sync();
+        expect_elem(ctx, "dx (set)", ds.g, ds.c, n);
+        expect_bitwise(ctx, "dx (set) = 0 + dx (added)", ds.g, dz.g, n);
+        twin_free(b, &ds), twin_free(b, &dz);
         twin_free(b, &x), twin_free(b, &y), twin_free(b, &dy), twin_free(b, &dx);
     }
 }
@@ -391,6 +401,14 @@ static void test_metrics(void **state) {
         for (int64_t i = 0; i < n * s; i++) {
             int32_t y = (int32_t)(rng_uniform(TL_SEED, RNG_TEST, 51, (uint64_t)i) * (float)c);
             labels[i] = y < c ? y : (int32_t)c - 1;
+        }
+        // Every third position labelled with its argmax: some hits and some misses in every case.
+        for (int64_t q = 0; !values && q < n * s; q += 3) {
+            const float *z = out.c + (q / s) * c * s + q % s;
+            int32_t a = 0;
+            for (int64_t j = 1; j < c; j++)
+                if (z[j * s] > z[a * s]) a = (int32_t)j;
+            labels[q] = a;
         }
         tl_fill_uniform(target, n * s, -3, 3, 52);
         gl_dataset d = {.target = cases[ci].target, .tsize = s, .classes = c};

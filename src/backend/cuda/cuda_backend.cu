@@ -73,8 +73,13 @@ void *cuda_stage(const void *host, size_t bytes) {
 
 void cuda_stage_name(const void *host, size_t bytes) { ctx.stage_of = host, ctx.stage_of_bytes = bytes; }
 
+// One reuse a naming: the loader's slots come back at the same addresses with new contents, so
+// a later call for the same array (no loss in between) copies afresh.
 const void *cuda_stage_find(const void *host, size_t bytes) {
-    if (ctx.stage && host == ctx.stage_of && bytes == ctx.stage_of_bytes) return ctx.stage;
+    if (ctx.stage && host == ctx.stage_of && bytes == ctx.stage_of_bytes) {
+        ctx.stage_of = NULL;
+        return ctx.stage;
+    }
     return cuda_stage(host, bytes);
 }
 
@@ -154,7 +159,7 @@ static void cu_upload_async(void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
     CU_CHECK(cudaEventRecord(ctx.copy_after, ctx.stream));
     CU_CHECK(cudaStreamWaitEvent(ctx.copy, ctx.copy_after, 0));
-    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx.copy));
+    CU_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.copy));  // dst: managed memory
     CU_CHECK(cudaEventRecord(ctx.copy_done, ctx.copy));
 }
 
@@ -209,6 +214,7 @@ static const gl_backend cuda_table = {
     .dense_backward = cuda_dense_backward,
     .act_forward = cuda_act_forward,
     .act_backward = cuda_act_backward,
+    .act_backward_set = cuda_act_backward_set,
     .softmax_xent = cuda_softmax_xent,
     .regression_loss = cuda_regression_loss,
     .metrics_sums = cuda_metrics_sums,

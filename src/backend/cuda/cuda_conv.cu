@@ -432,12 +432,14 @@ static bool choose_fallback(cv_entry *e, int pass) {
 
 // Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning, which
 // 16-bit entries skip: their tensors are fp32 here). A 16-bit entry without any algorithm for
-// pass falls back to fp32 and chooses again.
+// pass falls back to fp32 and chooses again (fixed algorithms are the last resort of fp32 only).
 static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
     if (e->chosen[pass]) return;
     size_t limit = cuda_ctx_get()->work_limit;
     bool ok = autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
-    if (!ok && e->half && !choose_fallback(e, pass)) {
+    // 16-bit without a heuristic pick goes to fp32 rather than to a fixed algorithm: a workspace
+    // query may accept a 16-bit setup that the convolution itself then refuses.
+    if (!ok && e->half) {
         bool had[PASS_COUNT];
         memcpy(had, e->chosen, sizeof had);
         entry_fall_back(e, pass);

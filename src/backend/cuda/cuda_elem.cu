@@ -26,25 +26,27 @@ __global__ static void act_forward_k(float alpha, int64_t n, const float *x, flo
     }
 }
 
-// x[n], dy[n] -> dx[n] += dy * act'(x); the derivative comes from x, as on the CPU
-template <gl_act A>
+// x[n], dy[n] -> dx[n] += dy * act'(x), or with SET dx[n] = 0 + the same term (backend.h's
+// act_backward_set: dx written first, not cleared before; the same bits as clearing and adding).
+// The derivative comes from x, as on the CPU.
+template <gl_act A, bool SET>
 __global__ static void act_backward_k(float alpha, int64_t n, const float *x, const float *dy, float *dx) {
     GRID_STRIDE(i, n) {
-        float v = x[i], d = dy[i];
-        if (A == ACT_RELU) dx[i] += v > 0.0f ? d : 0.0f;
-        if (A == ACT_LEAKY_RELU) dx[i] += v > 0.0f ? d : __fmul_rn(alpha, d);
+        float v = x[i], d = dy[i], base = SET ? 0.0f : dx[i];
+        if (A == ACT_RELU) dx[i] = base + (v > 0.0f ? d : 0.0f);
+        if (A == ACT_LEAKY_RELU) dx[i] = base + (v > 0.0f ? d : __fmul_rn(alpha, d));
         if (A == ACT_TANH) {
             float t = tanhf(v);
-            dx[i] += d * (1.0f - t * t);
+            dx[i] = base + d * (1.0f - t * t);
         }
         if (A == ACT_SIGMOID) {
             float s = 1.0f / (1.0f + expf(-v));
-            dx[i] += d * s * (1.0f - s);
+            dx[i] = base + d * s * (1.0f - s);
         }
         if (A == ACT_GELU) {
             float cdf = 0.5f * (1.0f + erff(v * 0.70710678f));
             float pdf = 0.39894228f * expf(-0.5f * v * v);
-            dx[i] += d * (cdf + v * pdf);
+            dx[i] = base + d * (cdf + v * pdf);
         }
     }
 }
@@ -63,18 +65,27 @@ void cuda_act_forward(gl_act act, float alpha, int64_t n, const float *x, float 
     CU_LAUNCHED();
 }
 
-void cuda_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+template <bool SET>
+static void act_backward_launch(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
     if (n <= 0) return;
     cudaStream_t st = cuda_ctx_get()->stream;
     unsigned g = cuda_grid(n, GL_BLOCK);
     switch (act) {
-    case ACT_RELU: act_backward_k<ACT_RELU><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
-    case ACT_LEAKY_RELU: act_backward_k<ACT_LEAKY_RELU><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
-    case ACT_TANH: act_backward_k<ACT_TANH><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
-    case ACT_SIGMOID: act_backward_k<ACT_SIGMOID><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
-    case ACT_GELU: act_backward_k<ACT_GELU><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
+    case ACT_RELU: act_backward_k<ACT_RELU, SET><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
+    case ACT_LEAKY_RELU: act_backward_k<ACT_LEAKY_RELU, SET><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
+    case ACT_TANH: act_backward_k<ACT_TANH, SET><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
+    case ACT_SIGMOID: act_backward_k<ACT_SIGMOID, SET><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
+    case ACT_GELU: act_backward_k<ACT_GELU, SET><<<g, GL_BLOCK, 0, st>>>(alpha, n, x, dy, dx); break;
     }
     CU_LAUNCHED();
+}
+
+void cuda_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+    act_backward_launch<false>(act, alpha, n, x, dy, dx);
+}
+
+void cuda_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx) {
+    act_backward_launch<true>(act, alpha, n, x, dy, dx);
 }
 
 // ---- dropout ----------------------------------------------------------------------------------

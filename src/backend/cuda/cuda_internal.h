@@ -53,8 +53,8 @@ void *cuda_stage(const void *host, size_t bytes);
 // buffer sets no name of its own), so cuda_stage_find can reuse it.
 void cuda_stage_name(const void *host, size_t bytes);
 // The device copy of host[0, bytes): the stage when the last cuda_stage was of that array (the
-// loss staged the labels the metrics need next), else a fresh cuda_stage. The caller vouches the
-// host array is unchanged since.
+// loss staged the labels the metrics need next), else a fresh cuda_stage. Once a naming: a second
+// find copies again. The caller vouches the host array is unchanged since the naming.
 const void *cuda_stage_find(const void *host, size_t bytes);
 // At least `count` device doubles for partial sums, and the pinned host mirror of the same size.
 double *cuda_partials(int64_t count, double **host);
@@ -93,6 +93,7 @@ void cuda_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const 
 // cuda_elem.cu
 void cuda_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cuda_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
+void cuda_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
 void cuda_dropout_forward(int64_t count, float rate, int train, uint64_t seed, uint64_t step, uint64_t base,
                           const float *x, float *mask, float *y);
 void cuda_dropout_backward(int64_t count, const float *mask, const float *dy, float *dx);
