@@ -62,7 +62,7 @@ static void fk_host_unpin(void *p) {
     fail_msg("unpinned %p, which was not pinned", p);
 }
 
-static const gl_backend *fake_backend(const gl_graph *g, int pin_fail_at) {
+static const gl_backend *fake_backend(int pin_fail_at) {
     memset(&fk, 0, sizeof fk);
     fk.be = *backend_cpu();  // memory and the rest from the CPU
     fk.be.name = "fake-async";
@@ -71,7 +71,6 @@ static const gl_backend *fake_backend(const gl_graph *g, int pin_fail_at) {
     fk.be.sync = fk_sync;
     fk.be.host_pin = fk_host_pin;
     fk.be.host_unpin = fk_host_unpin;
-    fk.g = g;
     fk.pin_fail_at = pin_fail_at;
     return &fk.be;
 }
@@ -116,34 +115,61 @@ static void mini_free(mini *m) {
     free(m->own);
 }
 
+// A loader over data (the recipe's training split), the minimal graph on the fake backend.
+typedef struct {
+    recipe_t r;
+    gl_loader *L;
+    mini m;
+} fixture;
+
+static void fixture_open(fixture *f, const char *data, int pin_fail_at) {
+    srecipe(&f->r, data);
+    f->L = open_train(&f->r);
+    mini_init(&f->m, f->L, fake_backend(pin_fail_at));
+    fk.g = &f->m.g;
+}
+
+static void fixture_close(fixture *f) {
+    loader_free(f->L);
+    mini_free(&f->m);
+    recipe_free(&f->r);
+}
+
+// input_stage_ahead until it has taken the next batch (readers get the time a step would give
+// them), at most about half a second.
+static void ahead_until_taken(input_stage *s, FILE *err) {
+    for (int tries = 0; tries < 500 && !s->have; tries++) {
+        input_stage_ahead(s, err);
+        if (!s->have) usleep(1000);
+    }
+}
+
 static const char *synth = "  synthetic: {kind: shapes2d, size: 8, train_size: 40, val_size: 9}\n"
                            "  augment: {flip: true, noise: 0.1}\n";
 
 // Steps through 20 batches (several epochs, a short last batch each) as train.c does.
 static void test_every_step_sees_its_own_batch(void **st) {
     (void)st;
-    recipe_t r;
-    srecipe(&r, synth);
-    gl_loader *L = open_train(&r), *ref = open_train(&r);
-    mini m;
-    mini_init(&m, L, fake_backend(NULL, 0));
-    fk.g = &m.g;
+    fixture f;
+    fixture_open(&f, synth, 0);
+    gl_loader *L = f.L, *ref = open_train(&f.r);
+    mini *m = &f.m;
     input_stage s;
     char note[256];
-    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, note, sizeof note);
+    input_stage_init(&s, &fk.be, &m->g, L, true, &m->a, note, sizeof note);
     assert_true(s.on);
     assert_string_equal(note, "");
     assert_int_equal(fk.npins, loader_slots(L));  // every slot pinned
     for (int i = 0; i < loader_slots(L); i++) {
         size_t bytes;
         float *x = loader_slot_x(L, i, &bytes);
-        assert_true(bytes >= sizeof(float) * (size_t)(m.g.input.size * m.g.batch));
+        assert_true(bytes >= sizeof(float) * (size_t)(m->g.input.size * m->g.batch));
         bool found = false;
         for (int j = 0; j < fk.npins; j++) found |= fk.pins[j] == x;
         assert_true(found);
     }
     const int steps = 20;
-    const size_t row = sizeof(float) * (size_t)m.g.input.size;
+    const size_t row = sizeof(float) * (size_t)m->g.input.size;
     int staged_steps = 0;
     for (int k = 0; k < steps; k++) {
         gl_batch b, want;
@@ -153,20 +179,14 @@ static void test_every_step_sees_its_own_batch(void **st) {
         assert_int_equal(b.n, want.n);
         assert_int_equal(b.epoch, want.epoch);
         assert_int_equal(b.index, want.index);
-        if (!staged) memcpy(m.g.input.data, b.x, row * (size_t)b.n);  // what load_rows does
+        if (!staged) memcpy(m->g.input.data, b.x, row * (size_t)b.n);  // what load_rows does
         staged_steps += staged;
         // The step's kernels run after upload_wait: by then the input holds exactly this batch.
-        assert_memory_equal(m.g.input.data, want.x, row * (size_t)want.n);
+        assert_memory_equal(m->g.input.data, want.x, row * (size_t)want.n);
         loader_release(ref, &want);
-        if (k + 1 < steps) {
-            // Readers get time to finish the next batch, as a step would give them.
-            for (int tries = 0; tries < 200 && !s.have; tries++) {
-                input_stage_ahead(&s, stderr);
-                if (!s.have) usleep(1000);
-            }
-        }
+        if (k + 1 < steps) ahead_until_taken(&s, stderr);
         // An evaluation between steps writes the current buffer; the next batch is elsewhere.
-        memset(m.g.input.data, 0xff, row * (size_t)m.g.batch);
+        memset(m->g.input.data, 0xff, row * (size_t)m->g.batch);
         loader_release(L, &b);
     }
     assert_true(staged_steps >= steps / 2);  // readers are far ahead of this loop
@@ -178,31 +198,24 @@ static void test_every_step_sees_its_own_batch(void **st) {
     assert_non_null(strstr(line, "batches were ready a step ahead"));
     input_stage_free(&s);
     assert_int_equal(fk.npins, 0);
-    loader_free(L), loader_free(ref);
-    mini_free(&m);
-    recipe_free(&r);
+    loader_free(ref);
+    fixture_close(&f);
 }
 
 // The run ends with a batch taken early: its copy lands, its slot goes back (loader_free then
 // joins the readers; a slot never released would not stop it, but the copy must not be lost mid-air).
 static void test_a_batch_taken_early_is_given_back(void **st) {
     (void)st;
-    recipe_t r;
-    srecipe(&r, synth);
-    gl_loader *L = open_train(&r);
-    mini m;
-    mini_init(&m, L, fake_backend(NULL, 0));
-    fk.g = &m.g;
+    fixture f;
+    fixture_open(&f, synth, 0);
+    gl_loader *L = f.L;
     input_stage s;
-    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, NULL, 0);
+    input_stage_init(&s, &fk.be, &f.m.g, L, true, &f.m.a, NULL, 0);
     gl_batch b;
     bool staged;
     assert_int_equal(input_stage_take(&s, &b, &staged, stderr), 0);
     assert_false(staged);
-    for (int tries = 0; tries < 500 && !s.have; tries++) {
-        input_stage_ahead(&s, stderr);
-        if (!s.have) usleep(1000);
-    }
+    ahead_until_taken(&s, stderr);
     assert_true(s.have);
     assert_int_equal(fk.npending, 1);
     loader_release(L, &b);
@@ -214,23 +227,19 @@ static void test_a_batch_taken_early_is_given_back(void **st) {
     assert_int_equal(loader_next(L, &c, stderr), 0);
     assert_int_equal(c.index, 2);
     loader_release(L, &c);
-    loader_free(L);
-    mini_free(&m);
-    recipe_free(&r);
+    fixture_close(&f);
 }
 
 // A refused pin (a locked-memory limit) leaves copies working and says so; off means off.
 static void test_pin_refused_and_off(void **st) {
     (void)st;
-    recipe_t r;
-    srecipe(&r, synth);
-    gl_loader *L = open_train(&r);
-    mini m;
-    mini_init(&m, L, fake_backend(NULL, 2));
-    fk.g = &m.g;
+    fixture f;
+    fixture_open(&f, synth, 2);
+    gl_loader *L = f.L;
+    mini *m = &f.m;
     input_stage s;
     char note[400];
-    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, note, sizeof note);
+    input_stage_init(&s, &fk.be, &m->g, L, true, &m->a, note, sizeof note);
     assert_true(s.on);
     assert_int_equal(fk.npins, 0);  // the first slot's pin undone: all or none
     assert_int_equal(s.npinned, 0);
@@ -239,7 +248,7 @@ static void test_pin_refused_and_off(void **st) {
     input_stage_free(&s);
     assert_int_equal(fk.npins, 0);
     // Off (distributed.deterministic): nothing pinned, every take is a plain loader_next.
-    input_stage_init(&s, &fk.be, &m.g, L, false, &m.a, note, sizeof note);
+    input_stage_init(&s, &fk.be, &m->g, L, false, &m->a, note, sizeof note);
     assert_false(s.on);
     assert_int_equal(fk.npins, 0);
     gl_batch b;
@@ -250,9 +259,7 @@ static void test_pin_refused_and_off(void **st) {
     assert_false(staged);
     loader_release(L, &b);
     input_stage_free(&s);
-    loader_free(L);
-    mini_free(&m);
-    recipe_free(&r);
+    fixture_close(&f);
 }
 
 // A read that fails in a batch taken early is that batch's step's failure, named as ever.
@@ -273,14 +280,11 @@ static void test_failed_read_taken_early_fails_its_step(void **st) {
     H5Fclose(f);
     char data[512];
     snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s}\n  val: {files: %s}\n", path, path);
-    recipe_t r;
-    srecipe(&r, data);
-    gl_loader *L = open_train(&r);
-    mini m;
-    mini_init(&m, L, fake_backend(NULL, 0));
-    fk.g = &m.g;
+    fixture fx;
+    fixture_open(&fx, data, 0);
+    gl_loader *L = fx.L;
     input_stage s;
-    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, NULL, 0);
+    input_stage_init(&s, &fk.be, &fx.m.g, L, true, &fx.m.a, NULL, 0);
     tl_stream ts;
     FILE *err = tl_stream_open(&ts);
     int failed_at = -1;
@@ -289,11 +293,7 @@ static void test_failed_read_taken_early_fails_its_step(void **st) {
         bool staged;
         int rc = input_stage_take(&s, &b, &staged, err);
         if (rc) failed_at = k;
-        if (!rc && k + 1 < 3)
-            for (int tries = 0; tries < 500 && !s.have; tries++) {
-                input_stage_ahead(&s, err);
-                if (!s.have) usleep(1000);
-            }
+        if (!rc && k + 1 < 3) ahead_until_taken(&s, err);
         loader_release(L, &b);
     }
     char *msg = tl_stream_close(&ts);
@@ -303,9 +303,7 @@ static void test_failed_read_taken_early_fails_its_step(void **st) {
     assert_non_null(strstr(msg, "badlabel.h5"));
     free(msg);
     input_stage_free(&s);
-    loader_free(L);
-    mini_free(&m);
-    recipe_free(&r);
+    fixture_close(&fx);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
