@@ -255,6 +255,13 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         code = GL_EXIT_USAGE;
         goto early;
     }
+    if (train_device_fits(r, be, d, bytes, err) != GL_EXIT_OK) {
+        graph_free(&g);
+        loader_free(lt);
+        loader_free(lv);
+        code = GL_EXIT_USAGE;
+        goto early;
+    }
     gl_arena arena;
     arena_init_for(&arena, bytes, be);
     graph_bind(&g, &arena);

@@ -65,3 +65,36 @@ const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *
     snprintf(desc, len, "cpu");
     return backend_cpu();
 }
+
+int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_t bytes, FILE *err) {
+    int bad = 0;
+    if (be->device && be->mem_info) {
+        size_t free_b = 0, total = 0, reserve = 0;
+        int devices = 1;
+        char name[160] = "the GPU";
+        be->mem_info(&free_b, &total, &reserve, &devices, name, sizeof name);
+        // Ranks of this node bound to the same GPU (local rank % devices) each need their own plan.
+        int n = devices > 0 ? devices : 1, mine = d->local_rank % n;
+        int sharing = d->local_world > mine ? (d->local_world - 1 - mine) / n + 1 : 1;
+        double need = ((double)bytes + (double)reserve) * sharing;
+        if (need > (double)free_b) {
+            bad = 1;
+            char who[64] = "";
+            if (d->world > 1) snprintf(who, sizeof who, " (rank %d)", d->rank);
+            char shared[96] = "";
+            if (sharing > 1) snprintf(shared, sizeof shared, " for the %d ranks of this node that share it", sharing);
+            fprintf(err, "%s: error%s: this run needs %.2f GiB of GPU memory%s (each: model, activations, "
+                         "gradients and optimizer %.2f GiB + up to %.2f GiB of cuDNN workspace and library "
+                         "buffers) but %s has %.2f GiB free of %.2f GiB\n"
+                         "  hint: reduce train.batch_size or the model; GALLEY_CUDNN_WORKSPACE_MB lowers the "
+                         "workspace cap\n",
+                    r->file, who, need / 1073741824.0, shared, bytes / 1073741824.0, reserve / 1073741824.0, name,
+                    free_b / 1073741824.0, total / 1073741824.0);
+        }
+    }
+    int all = bad;
+    dist_max_ints(d, &all, 1, "the GPU memory check", 0);
+    if (all && !bad && d->rank == 0)
+        fprintf(err, "%s: error: another rank's GPU cannot hold this run (its message above)\n", r->file);
+    return all ? GL_EXIT_USAGE : GL_EXIT_OK;
+}

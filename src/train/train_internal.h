@@ -101,6 +101,12 @@ void input_stage_free(input_stage *s);
 const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
                                      size_t note_len, int *precision, FILE *err);
 
+// GL_EXIT_OK when `bytes` of arena (the whole plan) fits the device of a device backend (or the
+// backend cannot tell), counting the ranks of this node that share its GPU; else prints the
+// numbers and the way out, and returns GL_EXIT_USAGE. Every rank calls it (they agree on the
+// verdict, so all stop together).
+int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_t bytes, FILE *err);
+
 // ---- checkpoints (train_ckpt.c) ----
 
 // Picks what `--resume` names (a file, or "auto": the newest good checkpoint of this run in

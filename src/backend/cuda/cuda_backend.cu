@@ -166,6 +166,16 @@ static void cu_upload_async(void *dst, const void *src, size_t bytes) {
 // An event never recorded counts as complete, so a wait before the first upload is a no-op.
 static void cu_upload_wait(void) { CU_CHECK(cudaStreamWaitEvent(ctx.stream, ctx.copy_done, 0)); }
 
+// The reserve: the cuDNN workspace cap, plus what the libraries and the staging buffers take
+// (cuBLAS workspaces, the loss staging, partial sums): 256 MiB covers them with room.
+static void cu_mem_info(size_t *free_bytes, size_t *total_bytes, size_t *reserve, int *devices, char *name,
+                        size_t len) {
+    CU_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    *reserve = ctx.work_limit + ((size_t)256 << 20);
+    CU_CHECK(cudaGetDeviceCount(devices));
+    snprintf(name, len, "GPU %d (%s)", ctx.device, ctx.prop.name);
+}
+
 // Host-side work (data loading, metrics) still runs on OpenMP threads.
 static void cu_set_threads(int threads) { backend_cpu()->set_threads(threads); }
 
@@ -204,6 +214,7 @@ static const gl_backend cuda_table = {
     .zero = cu_zero,
     .upload = cu_upload,
     .download = cu_download,
+    .mem_info = cu_mem_info,
     .host_pin = cu_host_pin,
     .host_unpin = cu_host_unpin,
     .upload_async = cu_upload_async,
