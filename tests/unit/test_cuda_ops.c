@@ -978,8 +978,16 @@ static void test_reduced_precision(void **state) {
         b.rtol = precs[i].rtol;
         void *st = &b;
         test_dense(&st);
-        test_conv(&st);
-        test_conv_transpose(&st);
+        // bf16 and fp16 convolutions: channels-last 16-bit copies (the default), then channels-first.
+        const bool half = precs[i].prec == PRECISION_BF16 || precs[i].prec == PRECISION_FP16;
+        for (int cl = 1; cl >= (half ? 0 : 1); cl--) {
+            setenv("GALLEY_CUDNN_CHANNELS_LAST", cl ? "1" : "0", 1);
+            if (half) printf("test_cuda_ops: %s convolutions, 16-bit copies channels-%s\n", precs[i].name,
+                             cl ? "last" : "first");
+            test_conv(&st);
+            test_conv_transpose(&st);
+        }
+        unsetenv("GALLEY_CUDNN_CHANNELS_LAST");
     }
     char msg[256] = "";
     int got = b0->gpu->set_precision(PRECISION_AUTO, msg, sizeof msg);

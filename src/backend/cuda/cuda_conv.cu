@@ -51,6 +51,14 @@
 // ctx->work_limit, like the staged copy: nothing is allocated per step. Where cuDNN supports no
 // 16-bit algorithm for a geometry, that convolution falls back to fp32 and says so once on
 // stderr. GALLEY_CUDNN_AUTOTUNE times fp32 and tf32 entries only; 16-bit ones use heuristics.
+//
+// Channels last (16-bit only). The 16-bit copies are written channels-last (N, spatial, C;
+// weights F, taps, C/groups) by the same conversion pass, a transpose through shared-memory
+// tiles, and described to cuDNN so (NHWC strides, CUDNN_TENSOR_NHWC filters): its tensor-core
+// kernels work in that layout, so cuDNN needs no transposes of its own. The results come back
+// to galley's channels-first fp32 in the pass that widens them. GALLEY_CUDNN_CHANNELS_LAST=0
+// keeps the 16-bit copies channels-first (part of the cache key, so a change applies at once).
+// fp32 and tf32 run on galley's own arrays, which stay channels-first.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdio.h>
@@ -82,6 +90,7 @@ typedef struct {
 typedef struct {
     int64_t n;     // samples per call (a chunk)
     int64_t prec;  // PRECISION_* in effect when the entry was made
+    int64_t cl;    // 16-bit copies channels-last (GALLEY_CUDNN_CHANNELS_LAST, for bf16/fp16 only)
     cv_geom g;
 } cv_key;
 
@@ -123,6 +132,12 @@ static cudnnMathType_t conv_math_type(const cv_entry *e) { return entry_fp32(e) 
 
 static const char *prec_name(int64_t prec) {
     return prec == PRECISION_BF16 ? "bf16" : prec == PRECISION_FP16 ? "fp16" : prec == PRECISION_TF32 ? "tf32" : "fp32";
+}
+
+// Read at each new entry (cheap beside choosing algorithms), so a test can compare both layouts.
+static bool channels_last_on(void) {
+    const char *v = getenv("GALLEY_CUDNN_CHANNELS_LAST");
+    return !(v && strcmp(v, "0") == 0);
 }
 
 static bool autotune_on(void) {
@@ -217,15 +232,23 @@ static void entry_describe(cv_entry *e) {
         xdim[2 + i] = to_int(L->xc[j]), ydim[2 + i] = to_int(g->out[j]), wdim[2 + i] = to_int(g->k[j]);
         pad[i] = to_int(L->pad[j]), str[i] = to_int(g->s[j]), dil[i] = to_int(g->d[j]);
     }
-    xstr[nd - 1] = ystr[nd - 1] = 1;  // packed
-    for (int i = nd - 2; i >= 0; i--) xstr[i] = xstr[i + 1] * xdim[i + 1], ystr[i] = ystr[i + 1] * ydim[i + 1];
+    const bool cl = e->half && e->key.cl;
+    if (!cl) {
+        xstr[nd - 1] = ystr[nd - 1] = 1;  // packed
+        for (int i = nd - 2; i >= 0; i--) xstr[i] = xstr[i + 1] * xdim[i + 1], ystr[i] = ystr[i + 1] * ydim[i + 1];
+    } else {  // channels last: channel stride 1, then the spatial dims innermost first, then N
+        xstr[1] = ystr[1] = 1;
+        xstr[nd - 1] = xdim[1], ystr[nd - 1] = ydim[1];
+        for (int i = nd - 2; i >= 2; i--) xstr[i] = xstr[i + 1] * xdim[i + 1], ystr[i] = ystr[i + 1] * ydim[i + 1];
+        xstr[0] = xstr[2] * xdim[2], ystr[0] = ystr[2] * ydim[2];
+    }
     // 16-bit tensors with fp32 compute (cuDNN's "pseudo-half" configurations), or fp32 throughout.
     cudnnDataType_t dt = !e->half ? CUDNN_DATA_FLOAT
                          : e->key.prec == PRECISION_BF16 ? CUDNN_DATA_BFLOAT16
                                                          : CUDNN_DATA_HALF;
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->xd, dt, nd, xdim, xstr));
     CUDNN_CHECK(cudnnSetTensorNdDescriptor(e->yd, dt, nd, ydim, ystr));
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(e->wd, dt, CUDNN_TENSOR_NCHW, nd, wdim));
+    CUDNN_CHECK(cudnnSetFilterNdDescriptor(e->wd, dt, cl ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, nd, wdim));
     CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(e->cd, sd, pad, str, dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(e->cd, to_int(g->groups)));
     CUDNN_CHECK(cudnnSetConvolutionMathType(e->cd, conv_math_type(e)));
@@ -247,6 +270,7 @@ static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
     cv_key key;
     memset(&key, 0, sizeof key);
     key.n = n, key.prec = cuda_ctx_get()->precision, key.g = *g;
+    key.cl = prec_is_half(key.prec) && channels_last_on();
     for (int i = 0; i < cv_cache.used; i++)
         if (memcmp(&cv_cache.e[i].key, &key, sizeof key) == 0) return &cv_cache.e[i];
     cv_entry *e;
@@ -649,34 +673,118 @@ __global__ static void from_16bit(int64_t count, int bf16, const uint16_t *h, fl
     }
 }
 
-// count fp32 values of x -> e's 16-bit type in h
-static void half_in(const cv_entry *e, int64_t count, const float *x, uint16_t *h) {
+// x[N, C, S] fp32 -> h[N, S, C] 16-bit (channels last), as to_16bit element by element: 32x32
+// tiles through shared memory, so the reads (along S) and the writes (along C) are both
+// coalesced. Block (32, 8); grid (S / 32, C / 32, samples), looping over the samples past it.
+__global__ static void to_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, const float *x, uint16_t *h) {
+    __shared__ float t[32][33];  // +1: no bank conflicts down a column
+    const int64_t s0 = (int64_t)blockIdx.x * 32, c0 = (int64_t)blockIdx.y * 32;
+    for (int64_t i = blockIdx.z; i < n; i += gridDim.z) {
+        const float *xi = x + i * c * s;
+        uint16_t *hi = h + i * c * s;
+        for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+            const int64_t cc = c0 + r, ss = s0 + threadIdx.x;
+            if (cc < c && ss < s) t[r][threadIdx.x] = xi[cc * s + ss];
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+            const int64_t ss = s0 + r, cc = c0 + threadIdx.x;
+            if (cc < c && ss < s) {
+                const float v = t[threadIdx.x][r];
+                hi[ss * c + cc] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+            }
+        }
+        __syncthreads();  // the tile is read before the next sample overwrites it
+    }
+}
+
+// h[N, S, C] 16-bit -> x[N, C, S] fp32, overwritten or accumulated: from_16bit's values, moved
+// back to channels first through the same tiles.
+__global__ static void from_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, const uint16_t *h, float *x,
+                                     int accumulate) {
+    __shared__ float t[32][33];
+    const int64_t s0 = (int64_t)blockIdx.x * 32, c0 = (int64_t)blockIdx.y * 32;
+    for (int64_t i = blockIdx.z; i < n; i += gridDim.z) {
+        const uint16_t *hi = h + i * c * s;
+        float *xi = x + i * c * s;
+        for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+            const int64_t ss = s0 + r, cc = c0 + threadIdx.x;
+            if (cc < c && ss < s)
+                t[r][threadIdx.x] = bf16 ? __bfloat162float(__ushort_as_bfloat16(hi[ss * c + cc]))
+                                         : __half2float(__ushort_as_half(hi[ss * c + cc]));
+        }
+        __syncthreads();
+        for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+            const int64_t cc = c0 + r, ss = s0 + threadIdx.x;
+            if (cc < c && ss < s) {
+                const float v = t[threadIdx.x][r];
+                xi[cc * s + ss] = accumulate ? xi[cc * s + ss] + v : v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+static dim3 cl_grid(int64_t n, int64_t c, int64_t s) {
+    return dim3((unsigned)((s + 31) / 32), (unsigned)((c + 31) / 32), (unsigned)(n < 65535 ? n : 65535));
+}
+
+// n items of [c, s] fp32 values of x -> e's 16-bit type in h: channels last ([s, c]) when e says
+// so (x-space: c = C; y-space: F; weights: n = F, c = C/groups, s = taps), else as they are.
+static void half_in(const cv_entry *e, int64_t n, int64_t c, int64_t s, const float *x, uint16_t *h) {
+    const int64_t count = n * c * s;
     if (count <= 0) return;
-    to_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(
-        count, e->key.prec == PRECISION_BF16, x, h);
+    cudaStream_t st = cuda_ctx_get()->stream;
+    const int bf16 = e->key.prec == PRECISION_BF16;
+    if (e->key.cl) {
+        GL_CHECK(c / 32 < 65535, "a channel count fits the transposing conversion's grid");
+        to_16bit_cl<<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, x, h);
+    } else {
+        to_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, st>>>(count, bf16, x, h);
+    }
     CU_LAUNCHED();
 }
 
-// count 16-bit results of h -> fp32 x, overwritten or accumulated
-static void half_out(const cv_entry *e, int64_t count, const uint16_t *h, float *x, bool accumulate) {
+// The 16-bit results of h (laid out as half_in made them) -> fp32 x [n, c, s], overwritten or accumulated
+static void half_out(const cv_entry *e, int64_t n, int64_t c, int64_t s, const uint16_t *h, float *x,
+                     bool accumulate) {
+    const int64_t count = n * c * s;
     if (count <= 0) return;
-    from_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(
-        count, e->key.prec == PRECISION_BF16, h, x, accumulate ? 1 : 0);
+    cudaStream_t st = cuda_ctx_get()->stream;
+    const int bf16 = e->key.prec == PRECISION_BF16;
+    if (e->key.cl) {
+        GL_CHECK(c / 32 < 65535, "a channel count fits the transposing conversion's grid");
+        from_16bit_cl<<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, h, x, accumulate ? 1 : 0);
+    } else {
+        from_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, st>>>(count, bf16, h, x, accumulate ? 1 : 0);
+    }
     CU_LAUNCHED();
+}
+
+// Per-item shapes of the three 16-bit copies: x-space (staged extent xc or x's own), y-space, weight.
+static int64_t spatial(const int64_t v[3]) { return v[0] * v[1] * v[2]; }
+static int64_t taps_of(const cv_entry *e) { return spatial(e->key.g.k); }
+
+static void half_x_in(const cv_entry *e, const float *xin, uint16_t *h) {
+    half_in(e, e->key.n, e->key.g.c, spatial(e->L.xc), xin, h);
+}
+static void half_y_in(const cv_entry *e, const float *ys, uint16_t *h) {
+    half_in(e, e->key.n, e->key.g.f, spatial(e->key.g.out), ys, h);
+}
+static void half_w_in(const cv_entry *e, const float *w, uint16_t *h) {
+    half_in(e, e->key.g.f, e->key.g.c / e->key.g.groups, taps_of(e), w, h);
 }
 
 // A 16-bit x-space result in w->x16 (n samples of xc) -> dst (n samples of x): through the
 // staged copy when e stages, overwritten or accumulated.
 static void half_x_output(const cv_entry *e, const cv_work *w, float *dst, bool accumulate) {
     if (!e->L.staged) {
-        half_out(e, e->key.n * e->L.x_elems, w->x16, dst, accumulate);
+        half_out(e, e->key.n, e->key.g.c, spatial(e->key.g.in), w->x16, dst, accumulate);
         return;
     }
-    half_out(e, e->key.n * e->L.xc_elems, w->x16, w->stage, false);  // the staged input is no longer needed
+    half_out(e, e->key.n, e->key.g.c, spatial(e->L.xc), w->x16, w->stage, false);  // the staged input is no longer needed
     x_output(e, w, dst, accumulate);
 }
-
-static int64_t spatial(const int64_t v[3]) { return v[0] * v[1] * v[2]; }
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -692,11 +800,11 @@ static void run_forward(const cv_entry *e, const cv_work *wk, const float *xin, 
                                             e->ws[PASS_FWD], accumulate ? &one : &zero, e->yd, ys));
         return;
     }
-    half_in(e, e->key.n * e->L.xc_elems, xin, wk->x16);
-    half_in(e, e->L.w_elems, w, wk->w16);
+    half_x_in(e, xin, wk->x16);
+    half_w_in(e, w, wk->w16);
     CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, wk->x16, e->wd, wk->w16, e->cd, algo, wk->ws,
                                         e->ws[PASS_FWD], &zero, e->yd, wk->y16));
-    half_out(e, e->key.n * e->L.y_elems, wk->y16, ys, accumulate);
+    half_out(e, e->key.n, e->key.g.f, spatial(e->key.g.out), wk->y16, ys, accumulate);
 }
 
 // Weight gradient: x-space xin and y-space dys -> dw, overwritten (first chunk) or accumulated.
@@ -710,11 +818,11 @@ static void run_filter(const cv_entry *e, const cv_work *wk, const float *xin, c
                                                    e->ws[PASS_FILTER], accumulate ? &one : &zero, e->wd, dw));
         return;
     }
-    half_in(e, e->key.n * e->L.xc_elems, xin, wk->x16);
-    half_in(e, e->key.n * e->L.y_elems, dys, wk->y16);
+    half_x_in(e, xin, wk->x16);
+    half_y_in(e, dys, wk->y16);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, wk->x16, e->yd, wk->y16, e->cd, algo, wk->ws,
                                                e->ws[PASS_FILTER], &zero, e->wd, wk->dw16));
-    half_out(e, e->L.w_elems, wk->dw16, dw, accumulate);  // the chunks add up in fp32
+    half_out(e, e->key.g.f, e->key.g.c / e->key.g.groups, taps_of(e), wk->dw16, dw, accumulate);  // chunks add in fp32
 }
 
 // Input gradient of the convolution: w and y-space dys -> x-space dxs (n samples of x),
@@ -734,8 +842,8 @@ static void run_data(const cv_entry *e, const cv_work *wk, const float *w, const
         if (!direct) x_output(e, wk, dxs, accumulate);
         return;
     }
-    if (!have_dy) half_in(e, e->key.n * e->L.y_elems, dys, wk->y16);
-    half_in(e, e->L.w_elems, w, wk->w16);
+    if (!have_dy) half_y_in(e, dys, wk->y16);
+    half_w_in(e, w, wk->w16);
     CUDNN_CHECK(cudnnConvolutionBackwardData(cx->cudnn, &one, e->wd, wk->w16, e->yd, wk->y16, e->cd, algo, wk->ws,
                                              e->ws[PASS_DATA], &zero, e->xd, wk->x16));
     half_x_output(e, wk, dxs, accumulate);
