@@ -64,11 +64,11 @@ typedef struct gl_backend {
     void (*download)(void *dst, const void *src, size_t bytes);
     // Optional (NULL: host memory, which the training loop checks itself): the device's free and
     // total bytes now, the bytes the backend will take beside the arena (workspaces: *reserve),
-    // the number of devices this process could bind (*devices) and a name for messages. The
-    // training loop refuses a plan that does not fit before allocating: CUDA managed memory
-    // would otherwise accept it and run at page-fault speed.
-    void (*mem_info)(size_t *free_bytes, size_t *total_bytes, size_t *reserve, int *devices, char *name,
-                     size_t len);
+    // the device's UUID (ranks with the same one share it, whatever each one's
+    // CUDA_VISIBLE_DEVICES shows) and a name for messages. The training loop refuses a plan that
+    // does not fit before allocating: CUDA managed memory would otherwise accept it and crawl.
+    void (*mem_info)(size_t *free_bytes, size_t *total_bytes, size_t *reserve, unsigned char uuid[16],
+                     char *name, size_t len);
     // ---- input staging (src/train/input_stage.c; optional, NULL: batches go through upload) ----
     // Page-locks host memory the batches are read from (the loader's slots) so that copies from
     // it are DMA that runs beside the kernels. 0, or -1 with the reason in msg (a locked-memory

@@ -78,8 +78,10 @@ struct layer {
     bool grad_set[GL_MAX_INPUTS];
     // Set by graph_build where it fuses a producer with the activation after it: the producer
     // applies store_act (with store_slope) as it stores its output, and the activation layer
-    // (act_done) computes nothing forward, its output being the producer's buffer.
-    bool store_act_on, act_done;
+    // (act_done) computes nothing forward, its output being the producer's buffer. Where the
+    // producer cannot apply it, the activation still shares the producer's buffer and computes
+    // in place (act_inplace): no layer's backward reads its own output.
+    bool store_act_on, act_done, act_inplace;
     gl_act store_act;
     float store_slope;
 };

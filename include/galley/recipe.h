@@ -85,6 +85,7 @@ typedef struct {
     struct {
         layer_cfg *layers;
         int nlayers;
+        bool fuse;  // model.fuse: activations share their producer's buffer (graph_build)
     } model;
     struct {
         int64_t steps, epochs, batch_size, threads, eval_every, top_k;

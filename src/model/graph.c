@@ -24,11 +24,12 @@ static bool graph_read_by_other(const gl_graph *g, int except, const gl_tensor *
 }
 
 // Fuses each activation with the layer before it where that layer's output feeds the activation
-// alone and the layer can apply it as it stores (layer.h act_of, takes_act): one pass over the
-// activation less forward, and one buffer less (the activation's output is the producer's, which
-// backward reads as its input: for relu and leaky_relu, y > 0 exactly where x > 0). A NaN the
-// producer made is then seen as relu's 0 by graph_first_nonfinite. Returns the floats per sample
-// saved.
+// alone: one buffer less (the activation's output is the producer's, which backward reads as its
+// input: for relu and leaky_relu, y > 0 exactly where x > 0, and no layer's backward reads its own
+// output). Where the producer can apply the activation as it stores (layer.h act_of, takes_act),
+// also one pass less forward; otherwise the activation runs in place (act_inplace). Activations
+// are not producers here: their buffer may already be shared. A NaN the producer made is then
+// seen as relu's 0 by graph_first_nonfinite. Returns the floats per sample saved.
 static int64_t graph_fuse_acts(gl_graph *g) {
     int64_t saved = 0;
     for (int i = 1; i < g->nlayers; i++) {
@@ -36,10 +37,14 @@ static int64_t graph_fuse_acts(gl_graph *g) {
         gl_act a;
         float slope;
         if (l->nin != 1 || l->in[0] != &p->out || !l->kind->act_of || !l->kind->act_of(l, &a, &slope)) continue;
-        if (p->act_done || !p->kind->takes_act || !p->kind->takes_act(p, g->be, a, slope)) continue;
+        if (p->kind->act_of) continue;
         if (graph_read_by_other(g, i, &p->out)) continue;
-        p->store_act_on = true, p->store_act = a, p->store_slope = slope;
-        l->act_done = true;
+        if (p->kind->takes_act && p->kind->takes_act(p, g->be, a, slope)) {
+            p->store_act_on = true, p->store_act = a, p->store_slope = slope;
+            l->act_done = true;
+        } else {
+            l->act_inplace = true;
+        }
         saved += l->out.size;
     }
     return saved;
@@ -99,7 +104,7 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
         act += 2 * l->out.size;  // data + grad
         extra += (double)l->state_floats + (double)l->scratch_floats;
     }
-    act -= graph_fuse_acts(g);
+    if (r->model.fuse) act -= graph_fuse_acts(g);
     g->act_floats = act + g->input.size;
     // Plan: params + grads, input, and every layer's output data + grad, for `batch` rows.
     double floats = 2.0 * (double)g->nparams + (double)g->act_floats * (double)batch + extra;
@@ -120,7 +125,8 @@ void graph_bind(gl_graph *g, gl_arena *a) {
     for (int i = 0; i < g->nlayers; i++) {
         layer_t *l = &g->layers[i];
         // a fused activation's output is its producer's (graph_fuse_acts)
-        l->out.data = l->act_done ? g->layers[i - 1].out.data : arena_floats(a, l->out.size * g->batch);
+        l->out.data = l->act_done || l->act_inplace ? g->layers[i - 1].out.data
+                                                    : arena_floats(a, l->out.size * g->batch);
         l->out.grad = arena_floats(a, l->out.size * g->batch);
         l->state = l->state_floats ? arena_floats(a, l->state_floats) : NULL;
         l->scratch = l->scratch_floats ? arena_floats(a, l->scratch_floats) : NULL;
@@ -222,7 +228,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
         int64_t np = 0;
         for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
         shape_format(&l->out.shape, shape, sizeof shape);
-        human_bytes((double)l->out.size * (l->act_done ? 1 : 2) * sizeof(float), mem, sizeof mem);
+        human_bytes((double)l->out.size * (l->act_done || l->act_inplace ? 1 : 2) * sizeof(float), mem, sizeof mem);
         fprintf(out, "%-4d %-20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,
                 (long long)np, (long long)l->flops, mem);
     }

@@ -196,6 +196,10 @@ static const key_spec model_keys[] = {
     {"layers", KT_LAYERS, KF_REQUIRED, NULL, NO_RANGE, NULL, OFF(model.layers), NULL,
      "the layers in order; each has a type, an optional name and optional inputs "
      "(names of earlier layers; default: the previous layer)"},
+    {"fuse", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(model.fuse), NULL,
+     "a relu or leaky_relu that alone reads a layer's output shares its buffer (the layer applies it as it "
+     "stores where it can, else it runs in place): less memory, the same results; false keeps every layer's "
+     "own output, so a non-finite value is traced to the exact layer that made it"},
     KEY_END,
 };
 

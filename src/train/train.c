@@ -468,9 +468,15 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
                     int first = graph_first_nonfinite(&g, b.n);
                     char who[64] = "";
                     if (d->world > 1) snprintf(who, sizeof who, "rank %d of %d: ", d->rank, d->world);
+                    // A fused activation overwrites its producer's output (graph_fuse_acts): a NaN that
+                    // relu turned into 0 hides, so the exact layer needs model.fuse: false.
+                    bool shared = first >= 0 && first + 1 < g.nlayers &&
+                                  (g.layers[first + 1].act_done || g.layers[first + 1].act_inplace);
                     if (first >= 0)
-                        fprintf(err, "galley: %sthe first layer whose output is not finite is '%s' (model.layers[%d])\n",
-                                who, g.layers[first].cfg->name, first);
+                        fprintf(err, "galley: %sthe first layer whose output is not finite is '%s' (model.layers[%d])%s\n",
+                                who, g.layers[first].cfg->name, first,
+                                shared ? " or the activation after it, which shares its buffer (model.fuse: false "
+                                         "tells them apart)" : "");
                     else
                         fprintf(err, "galley: %severy layer's output is finite, so the loss itself overflowed (check "
                                      "the targets)\n", who);

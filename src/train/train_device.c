@@ -1,5 +1,7 @@
 // train_device.c: train.device -> the backend this rank trains on.
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "galley/check.h"
 #include "galley/prof.h"
@@ -66,23 +68,37 @@ const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *
     return backend_cpu();
 }
 
+int train_gpu_sharing(const train_gpu_id *all, int world, int rank) {
+    if (!all[rank].gpu) return 0;
+    int n = 0;
+    for (int r = 0; r < world; r++) n += all[r].gpu && !memcmp(all[r].uuid, all[rank].uuid, sizeof all[r].uuid);
+    return n;
+}
+
 int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_t bytes, FILE *err) {
-    int bad = 0;
+    // Which GPU every rank holds (its UUID: a hook may show each rank only its own GPU), so that
+    // ranks sharing one count each other's plans. CPU ranks join the gather too: all call it.
+    train_gpu_id me;
+    memset(&me, 0, sizeof me);
+    size_t free_b = 0, total = 0, reserve = 0;
+    char name[160] = "the GPU";
     if (be->device && be->mem_info) {
-        size_t free_b = 0, total = 0, reserve = 0;
-        int devices = 1;
-        char name[160] = "the GPU";
-        be->mem_info(&free_b, &total, &reserve, &devices, name, sizeof name);
-        // Ranks of this node bound to the same GPU (local rank % devices) each need their own plan.
-        int n = devices > 0 ? devices : 1, mine = d->local_rank % n;
-        int sharing = d->local_world > mine ? (d->local_world - 1 - mine) / n + 1 : 1;
+        be->mem_info(&free_b, &total, &reserve, me.uuid, name, sizeof name);
+        me.gpu = 1;
+    }
+    train_gpu_id *all = gl_xmalloc(sizeof *all * (size_t)d->world);
+    dist_gather_bytes(d, &me, (int)sizeof me, all, "the GPU memory check", 0);
+    const int sharing = train_gpu_sharing(all, d->world, d->rank);
+    free(all);
+    int bad = 0;
+    if (me.gpu) {
         double need = ((double)bytes + (double)reserve) * sharing;
         if (need > (double)free_b) {
             bad = 1;
             char who[64] = "";
             if (d->world > 1) snprintf(who, sizeof who, " (rank %d)", d->rank);
             char shared[96] = "";
-            if (sharing > 1) snprintf(shared, sizeof shared, " for the %d ranks of this node that share it", sharing);
+            if (sharing > 1) snprintf(shared, sizeof shared, " for the %d ranks that share it", sharing);
             fprintf(err, "%s: error%s: this run needs %.2f GiB of GPU memory%s (each: model, activations, "
                          "gradients and optimizer %.2f GiB + up to %.2f GiB of cuDNN workspace and library "
                          "buffers) but %s has %.2f GiB free of %.2f GiB\n"
@@ -92,9 +108,9 @@ int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_
                     free_b / 1073741824.0, total / 1073741824.0);
         }
     }
-    int all = bad;
-    dist_max_ints(d, &all, 1, "the GPU memory check", 0);
-    if (all && !bad && d->rank == 0)
+    int any = bad;
+    dist_max_ints(d, &any, 1, "the GPU memory check", 0);
+    if (any && !bad && d->rank == 0)
         fprintf(err, "%s: error: another rank's GPU cannot hold this run (its message above)\n", r->file);
-    return all ? GL_EXIT_USAGE : GL_EXIT_OK;
+    return any ? GL_EXIT_USAGE : GL_EXIT_OK;
 }

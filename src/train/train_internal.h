@@ -101,10 +101,17 @@ void input_stage_free(input_stage *s);
 const gl_backend *train_pick_backend(const recipe_t *r, const gl_dist *d, char *desc, size_t len, char *note,
                                      size_t note_len, int *precision, FILE *err);
 
+// One rank's GPU for the memory check: gpu 0 on the CPU.
+typedef struct {
+    unsigned char uuid[16];
+    int32_t gpu;
+} train_gpu_id;
+// The ranks of all[world] on rank's GPU (rank included; 0 when rank is on the CPU).
+int train_gpu_sharing(const train_gpu_id *all, int world, int rank);
 // GL_EXIT_OK when `bytes` of arena (the whole plan) fits the device of a device backend (or the
-// backend cannot tell), counting the ranks of this node that share its GPU; else prints the
-// numbers and the way out, and returns GL_EXIT_USAGE. Every rank calls it (they agree on the
-// verdict, so all stop together).
+// backend cannot tell), times the ranks that share its GPU (by UUID); else prints the numbers
+// and the way out, and returns GL_EXIT_USAGE. Every rank calls it (they gather GPU identities
+// and agree on the verdict, so all stop together).
 int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_t bytes, FILE *err);
 
 // ---- checkpoints (train_ckpt.c) ----

@@ -56,7 +56,10 @@ static void test_shape_inference_and_plan(void **state)
     assert_int_equal(o->params[0].offset, 175);
     assert_int_equal(g->nparams, 175 + 21);
     assert_int_equal(g->flops, 2 * 24 * 7 + 2 * 7 * 3);
-    assert_int_equal(g->act_floats, 24 + 2 * (24 + 7 + 7 + 3));
+    // Input, then data + grad per layer, but r shares h's data buffer (graph_fuse_acts, in place).
+    assert_true(g->layers[2].act_inplace);
+    assert_ptr_equal(g->layers[2].out.data, g->layers[1].out.data);
+    assert_int_equal(g->act_floats, 24 + 2 * (24 + 7 + 7 + 3) - 7);
     assert_true(g->bytes >= (size_t)(2 * g->nparams + g->act_floats * g->batch) * sizeof(float));
     // Bound: every tensor carved, aligned, inside the arena, grads where they belong.
     assert_true(m.a.used <= m.a.cap);
@@ -323,11 +326,12 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
-// A convolution followed by the relu or leaky_relu that alone reads it stores the activation
-// itself (graph_fuse_acts): forward and backward give the bits of the unfused graph (built on a
-// backend without conv_forward_act), with one activation buffer less. The fast kernels (stride
-// 1) and im2col (stride 2) both fuse; the conv whose output two layers read does not.
-static void test_conv_activation_fusion_keeps_the_bits(void **state)
+// A relu or leaky_relu that alone reads a layer's output shares its buffer (graph_fuse_acts): a
+// convolution applies it as it stores (fast kernels at stride 1, im2col at stride 2), after
+// batch norm, a transposed convolution and a dense layer it runs in place. Forward and backward
+// give the bits of the graph built with model.fuse: false, with fewer activation buffers; the
+// convolution whose output two layers read is not fused.
+static void test_activation_fusion_keeps_the_bits(void **state)
 {
     (void)state;
     const char *layers = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
@@ -335,24 +339,38 @@ static void test_conv_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: max_pool, kernel: 2, name: p1}\n"
                          "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
                          "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
+                         "    - {type: batch_norm, name: bn}\n"
+                         "    - {type: relu, name: rb}\n"
+                         "    - {type: conv_transpose, filters: 3, kernel: 2, stride: 2, name: ct}\n"
+                         "    - {type: leaky_relu, slope: 0.1, name: rt}\n"
                          "    - {type: conv, filters: 6, kernel: 3, stride: 2, name: c3}\n"
                          "    - {type: relu, name: r3}\n"
                          "    - {type: conv, filters: 6, kernel: 1, name: c4}\n"
                          "    - {type: relu, name: r4}\n"
                          "    - {type: add, inputs: [r4, c4], name: both}\n"
                          "    - {type: flatten}\n"
+                         "    - {type: dense, units: 7, name: d1}\n"
+                         "    - {type: relu, name: rd}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    gl_backend plain = *backend_cpu();
-    plain.conv_forward_act = NULL;
+    size_t len = strlen(layers) + 32;
+    char *unfused = malloc(len);
+    assert_non_null(unfused);
+    snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
     tl_model mf, mu;
     char *errors = NULL;
     assert_int_equal(tl_model_try_on(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), &errors), 0);
-    assert_int_equal(tl_model_try_on(&mu, layers, (gl_shape){3, {2, 12, 12}}, N, &plain, &errors), 0);
+    assert_int_equal(tl_model_try_on(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), &errors), 0);
+    free(unfused);
     gl_graph *f = &mf.g, *u = &mu.g;
-    const char *const fused[] = {"r1", "r2", "r3"};
-    for (int i = 0; i < 3; i++) assert_true(f->layers[tl_layer(f, fused[i])].act_done);
-    assert_false(f->layers[tl_layer(f, "r4")].act_done);  // c4's output is read by `both` too
-    for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done);
+    const char *const stored[] = {"r1", "r2", "r3"}, *const in_place[] = {"rb", "rt", "rd"};
+    for (int i = 0; i < 3; i++) {
+        assert_true(f->layers[tl_layer(f, stored[i])].act_done);
+        assert_true(f->layers[tl_layer(f, in_place[i])].act_inplace);
+        assert_false(f->layers[tl_layer(f, in_place[i])].act_done);
+    }
+    const layer_t *r4 = &f->layers[tl_layer(f, "r4")];
+    assert_false(r4->act_done || r4->act_inplace);  // c4's output is read by `both` too
+    for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done || u->layers[i].act_inplace);
     assert_true(f->act_floats < u->act_floats);
     assert_true(f->bytes < u->bytes);
     tl_fill_uniform(f->input.data, N * f->input.size, -1, 1, 80);
@@ -366,8 +384,9 @@ static void test_conv_activation_fusion_keeps_the_bits(void **state)
     backward_with(&cu);
     for (int i = 0; i < f->nlayers; i++) {
         const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-        if (lf->store_act_on) continue;  // holds the activation's output, checked at the activation
-        for (int64_t j = 0; j < N * lf->out.size; j++)
+        // A producer's buffer holds its activation's output: checked at the activation.
+        bool shared = i + 1 < f->nlayers && (f->layers[i + 1].act_done || f->layers[i + 1].act_inplace);
+        for (int64_t j = 0; !shared && j < N * lf->out.size; j++)
             if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                 fail_msg("%s.out[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.data[j],
                          lu->out.data[j]);
@@ -379,10 +398,13 @@ static void test_conv_activation_fusion_keeps_the_bits(void **state)
     for (int64_t j = 0; j < f->nparams; j++)
         if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
             fail_msg("grads[%lld]: fused %a, unfused %a", (long long)j, f->grads[j], u->grads[j]);
-    int positive = 0, negative = 0;  // the activations had both signs to work on
-    const layer_t *c2 = &u->layers[tl_layer(u, "c2")];
-    for (int64_t j = 0; j < N * c2->out.size; j++) positive += c2->out.data[j] > 0, negative += c2->out.data[j] < 0;
-    assert_true(positive > 0 && negative > 0);
+    const char *const producers[] = {"c2", "bn", "ct", "d1"};  // the activations had both signs to work on
+    for (int k = 0; k < 4; k++) {
+        const layer_t *p = &u->layers[tl_layer(u, producers[k])];
+        int positive = 0, negative = 0;
+        for (int64_t j = 0; j < N * p->out.size; j++) positive += p->out.data[j] > 0, negative += p->out.data[j] < 0;
+        if (!(positive > 0 && negative > 0)) fail_msg("%s: %d positive, %d negative", producers[k], positive, negative);
+    }
     tl_model_free(&mf);
     tl_model_free(&mu);
 }
@@ -393,9 +415,11 @@ static void test_first_nonfinite(void **state)
 {
     (void)state;
     tl_model m;
-    tl_model_build(&m, "    - {type: dense, units: 4}\n    - {type: relu}\n    - {type: dense, units: 3}\n",
+    // model.fuse: false keeps the relu's own buffer, so each layer's output can be told apart.
+    tl_model_build(&m, "    - {type: dense, units: 4}\n    - {type: relu}\n    - {type: dense, units: 3}\n  fuse: false\n",
                    shape_1d(5), 4);
     gl_graph *g = &m.g;
+    assert_false(g->layers[1].act_inplace);
     tl_fill_uniform(g->input.data, 4 * 5, -1, 1, 70);
     tl_fill_uniform(g->params, g->nparams, -1, 1, 71);
     graph_forward(g, 3, false);
@@ -543,7 +567,7 @@ int main(void)
         cmocka_unit_test(test_backward_ignores_a_dead_branch),
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
-        cmocka_unit_test(test_conv_activation_fusion_keeps_the_bits),
+        cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_summary_lists_every_layer),
         cmocka_unit_test(test_init_params),

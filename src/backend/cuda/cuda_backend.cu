@@ -168,11 +168,11 @@ static void cu_upload_wait(void) { CU_CHECK(cudaStreamWaitEvent(ctx.stream, ctx.
 
 // The reserve: the cuDNN workspace cap, plus what the libraries and the staging buffers take
 // (cuBLAS workspaces, the loss staging, partial sums): 256 MiB covers them with room.
-static void cu_mem_info(size_t *free_bytes, size_t *total_bytes, size_t *reserve, int *devices, char *name,
-                        size_t len) {
+static void cu_mem_info(size_t *free_bytes, size_t *total_bytes, size_t *reserve, unsigned char uuid[16],
+                        char *name, size_t len) {
     CU_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
     *reserve = ctx.work_limit + ((size_t)256 << 20);
-    CU_CHECK(cudaGetDeviceCount(devices));
+    memcpy(uuid, ctx.prop.uuid.bytes, 16);
     snprintf(name, len, "GPU %d (%s)", ctx.device, ctx.prop.name);
 }
 

@@ -98,6 +98,7 @@ typedef struct {
     cv_key key;
     cv_layout L;
     bool half;  // descriptors are bf16/fp16 (key.prec asks for it and cuDNN supports it)
+    bool cl;    // with half: the 16-bit copies are channels-last (key.cl, unless cuDNN had no algorithm so)
     bool said;  // this entry printed the fp32 fallback line
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -232,7 +233,7 @@ static void entry_describe(cv_entry *e) {
         xdim[2 + i] = to_int(L->xc[j]), ydim[2 + i] = to_int(g->out[j]), wdim[2 + i] = to_int(g->k[j]);
         pad[i] = to_int(L->pad[j]), str[i] = to_int(g->s[j]), dil[i] = to_int(g->d[j]);
     }
-    const bool cl = e->half && e->key.cl;
+    const bool cl = e->half && e->cl;
     if (!cl) {
         xstr[nd - 1] = ystr[nd - 1] = 1;  // packed
         for (int i = nd - 2; i >= 0; i--) xstr[i] = xstr[i + 1] * xdim[i + 1], ystr[i] = ystr[i + 1] * ydim[i + 1];
@@ -289,6 +290,7 @@ static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
     e->key = key;
     e->L = *L;
     e->half = prec_is_half(key.prec);
+    e->cl = e->half && key.cl;
     e->said = false;
     for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
     entry_describe(e);
@@ -455,14 +457,27 @@ static bool choose_fallback(cv_entry *e, int pass) {
 }
 
 // Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning, which
-// 16-bit entries skip: their tensors are fp32 here). A 16-bit entry without any algorithm for
-// pass falls back to fp32 and chooses again (fixed algorithms are the last resort of fp32 only).
+// 16-bit entries skip: their tensors are fp32 here). A 16-bit channels-last entry without any
+// algorithm for pass tries channels-first, then falls back to fp32 and chooses again (fixed
+// algorithms are the last resort of fp32 only).
 static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
     if (e->chosen[pass]) return;
     size_t limit = cuda_ctx_get()->work_limit;
     bool ok = autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
     // 16-bit without a heuristic pick goes to fp32 rather than to a fixed algorithm: a workspace
     // query may accept a 16-bit setup that the convolution itself then refuses.
+    if (!ok && e->half) {
+        bool had[PASS_COUNT];
+        memcpy(had, e->chosen, sizeof had);
+        if (e->cl) {  // first 16-bit channels-first (cuDNN's NHWC kernels want, say, C/groups % 8 == 0)
+            e->cl = false;
+            for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
+            entry_describe(e);
+            for (int p = 0; p < PASS_COUNT; p++)
+                if (had[p] && p != pass) entry_choose(e, p, t);
+            ok = choose_heuristic(e, pass, limit);
+        }
+    }
     if (!ok && e->half) {
         bool had[PASS_COUNT];
         memcpy(had, e->chosen, sizeof had);
@@ -736,7 +751,7 @@ static void half_in(const cv_entry *e, int64_t n, int64_t c, int64_t s, const fl
     if (count <= 0) return;
     cudaStream_t st = cuda_ctx_get()->stream;
     const int bf16 = e->key.prec == PRECISION_BF16;
-    if (e->key.cl) {
+    if (e->cl && c > 1 && s > 1) {  // with one channel or one position both layouts are the same bytes
         GL_CHECK(c / 32 < 65535, "a channel count fits the transposing conversion's grid");
         to_16bit_cl<<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, x, h);
     } else {
@@ -752,7 +767,7 @@ static void half_out(const cv_entry *e, int64_t n, int64_t c, int64_t s, const u
     if (count <= 0) return;
     cudaStream_t st = cuda_ctx_get()->stream;
     const int bf16 = e->key.prec == PRECISION_BF16;
-    if (e->key.cl) {
+    if (e->cl && c > 1 && s > 1) {
         GL_CHECK(c / 32 < 65535, "a channel count fits the transposing conversion's grid");
         from_16bit_cl<<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, h, x, accumulate ? 1 : 0);
     } else {

@@ -33,6 +33,7 @@ static int act_infer(layer_t *l, char *err, size_t errlen) {
 static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
     if (l->act_done) return;  // the layer before applied it as it stored its output, which is this one's
+    // act_inplace: in[0]->data == out.data, the producer's buffer (graph_fuse_acts)
     be->act_forward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.data);
 }
 
