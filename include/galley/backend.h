@@ -69,6 +69,22 @@ typedef struct gl_backend {
     // does not fit before allocating: CUDA managed memory would otherwise accept it and crawl.
     void (*mem_info)(size_t *free_bytes, size_t *total_bytes, size_t *reserve, unsigned char uuid[16],
                      char *name, size_t len);
+    // ---- recorded passes (src/model/graph_replay.c; optional, NULL: every pass runs eagerly) ----
+    // A whole forward or backward pass is recorded once (CUDA graphs) and replayed in one launch.
+    // capture_begin: kernels issued from now on are recorded, not run; 0, or -1 with why in msg.
+    int (*capture_begin)(char *msg, size_t len);
+    // Ends recording: a replayable handle, or NULL with the reason in msg when something could
+    // not be recorded (nothing ran then: the caller runs the pass itself).
+    void *(*capture_end)(char *msg, size_t len);
+    // Issues the recorded work on the stream, as the recorded calls would have; and frees it.
+    void (*replay)(void *rec);
+    void (*replay_free)(void *rec);
+    // Changes whenever a buffer that recordings may point into (workspaces, partial sums) is
+    // reallocated: a recording made in another generation must be made again.
+    uint64_t (*capture_generation)(void);
+    // The step that recorded dropout draws use when replayed (recorded dropout kernels read it
+    // on the device; eager ones take it as an argument).
+    void (*replay_step)(uint64_t step);
     // ---- input staging (src/train/input_stage.c; optional, NULL: batches go through upload) ----
     // Page-locks host memory the batches are read from (the loader's slots) so that copies from
     // it are DMA that runs beside the kernels. 0, or -1 with the reason in msg (a locked-memory

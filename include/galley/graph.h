@@ -35,6 +35,7 @@ typedef struct {
     // by an event), so backward need not wait for the GPU first; false: it reads gradients on
     // the host (MPI), and backward waits for the GPU before each call.
     bool layer_done_on_device;
+    struct gl_replay *replay;  // recorded passes (graph_replay_setup); NULL: every pass runs eagerly
 } gl_graph;
 
 // Builds layers from the recipe and infers shapes. On error prints
@@ -49,6 +50,13 @@ void graph_forward(gl_graph *g, int64_t n, bool train);
 // Expects graph_output(g)->grad filled; zeroes and fills every other gradient.
 void graph_backward(gl_graph *g, int64_t n);
 gl_tensor *graph_output(gl_graph *g);
+// train.cuda_graphs on a backend that records (CUDA): from here on graph_forward and
+// graph_backward record each pass after its first run with the same input buffer, rows, row0
+// and mode, and replay it (src/model/graph_replay.c). Passes that cannot be recorded run
+// eagerly, said once on err. Freed by graph_free.
+void graph_replay_setup(gl_graph *g, bool on, FILE *err);
+// "CUDA graphs: ..." for the end summary (recordings, replays, eager passes), or "" when off.
+void graph_replay_describe(const gl_graph *g, char *buf, size_t len);
 // Index of the first layer whose output (rows [0,n)) holds a NaN or Inf, or -1.
 int graph_first_nonfinite(const gl_graph *g, int64_t n);
 // Table: layer, type, output shape, parameters, FLOPs per sample, activation memory.

@@ -92,6 +92,7 @@ typedef struct {
         int loss, nonfinite;
         int device;         // DEVICE_*
         int precision;      // PRECISION_*: as written (auto is resolved when the device is bound)
+        bool cuda_graphs;   // record and replay each forward and backward pass on a GPU
         double time_limit;  // seconds of wall time the run may take (0: no limit)
         struct {
             int64_t start_step, stop_step;  // cudaProfilerStart/Stop window (stop 0: none)

@@ -107,6 +107,7 @@ typedef struct {
     char iou[256];              // per-class IoU line, or ""
     char threads_note[256];     // how the CPU's idle threads waited (cpu_spin_describe), or ""
     char input_note[256];       // how many batches were copied a step ahead (input_stage_describe), or ""
+    char replay_note[256];      // CUDA graphs: recordings and replays (graph_replay_describe), or ""
 } gl_runsummary;
 
 struct gl_runlog;

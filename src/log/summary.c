@@ -134,6 +134,7 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
                 s->wall > 0 ? 100 * s->phase[i] / s->wall : 0.0, notes[i]);
     if (s->threads_note[0]) fprintf(o, "  %s\n", s->threads_note);
     if (s->input_note[0]) fprintf(o, "  %s\n", s->input_note);
+    if (s->replay_note[0]) fprintf(o, "  %s\n", s->replay_note);
     fputs("  last val ", o);
     print_metrics(o, s->last_loss, &s->last);
     fputc('\n', o);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "galley/check.h"
+#include "model/graph_internal.h"
 
 static gl_tensor *find_tensor(gl_graph *g, int upto, const char *name) {
     if (!strcmp(name, "input")) return &g->input;
@@ -143,7 +144,7 @@ void graph_init_params(gl_graph *g, uint64_t seed) {
         if (g->layers[i].kind->init) g->layers[i].kind->init(&g->layers[i], g->params, seed);
 }
 
-void graph_forward(gl_graph *g, int64_t n, bool train) {
+void graph_run_forward(gl_graph *g, int64_t n, bool train) {
     for (int i = 0; i < g->nlayers; i++) {
         g->layers[i].seed = g->seed;
         g->layers[i].step = g->step;
@@ -151,6 +152,10 @@ void graph_forward(gl_graph *g, int64_t n, bool train) {
         g->layers[i].reduce = g->reduce;
         g->layers[i].kind->forward(&g->layers[i], g->be, n, train);
     }
+}
+
+void graph_forward(gl_graph *g, int64_t n, bool train) {
+    if (!graph_replay_pass(g, n, train, false)) graph_run_forward(g, n, train);
     g->be->sync();  // the caller reads outputs on the host (metrics) next
 }
 
@@ -166,7 +171,7 @@ static void graph_zero_grad(const gl_graph *g, const gl_tensor *t, int64_t n) {
     g->be->zero(t->grad, sizeof(float) * (size_t)(t->size * n));
 }
 
-void graph_backward(gl_graph *g, int64_t n) {
+void graph_run_backward(gl_graph *g, int64_t n) {
     // Gradients accumulate (a tensor may feed several layers), so every one but the output's is
     // cleared, each just before the first layer that writes it (the last that reads it) runs
     // backward: the zeros are then still in cache when that layer adds to them, where clearing
@@ -195,6 +200,10 @@ void graph_backward(gl_graph *g, int64_t n) {
             g->layer_done(g->layer_done_ctx, i);
         }
     }
+}
+
+void graph_backward(gl_graph *g, int64_t n) {
+    if (!graph_replay_pass(g, n, true, true)) graph_run_backward(g, n);
     g->be->sync();  // the optimizer reads the gradients on the host next
 }
 
@@ -240,6 +249,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
 }
 
 void graph_free(gl_graph *g) {
+    graph_replay_free(g);
     free(g->layers);
     memset(g, 0, sizeof *g);
 }

@@ -237,6 +237,10 @@ static const key_spec train_keys[] = {
     {"device", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, device_choices, OFF(train.device), NULL,
      "where the model trains: auto (the GPU of this rank's local rank when there is one, else the CPU, said "
      "once), cpu, or cuda (an error when no GPU can be used)"},
+    {"cuda_graphs", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(train.cuda_graphs), NULL,
+     "on a GPU, record each forward and backward pass (CUDA graphs) after its first run at a batch size and "
+     "replay it with one launch; a pass that cannot be recorded (sync_batchnorm, gradient buckets sent during "
+     "backward) runs eagerly and a line says why. No effect on the CPU"},
     {"precision", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, precision_choices, OFF(train.precision), NULL,
      "arithmetic of the GEMM-shaped layers (dense, conv, conv_transpose) on a GPU: fp32 (exact fp32, the same "
      "bits every run); tf32 (TF32 tensor cores, compute capability 8.0+); bf16 or fp16 (mixed precision: "

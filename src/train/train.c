@@ -318,6 +318,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     err = lg.err;
     if (device_note[0]) fputs(device_note, out);
     if (stage_note[0]) fprintf(out, "galley: note: %s\n", stage_note);
+    graph_replay_setup(&g, r->train.cuda_graphs, err);
 
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = device,
                        .ranks = d->world, .threads = threads, .precision = recipe_precision_name(precision),
@@ -678,6 +679,7 @@ done:
         metrics_format_iou(&vm, sum.iou, sizeof sum.iou);
         if (!be->device) cpu_spin_describe(&spin, sum.threads_note, sizeof sum.threads_note);
         input_stage_describe(&stage, sum.input_note, sizeof sum.input_note);
+        graph_replay_describe(&g, sum.replay_note, sizeof sum.replay_note);
         if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
         sum.exit_code = code;
         sum.status = code == GL_EXIT_RUNTIME ? "failed" : code == GL_EXIT_STOPPED ? "stopped"

@@ -23,8 +23,23 @@ cuda_ctx *cuda_ctx_get(void) { return &ctx; }
 
 // ---- checks ----------------------------------------------------------------------------------
 
+// While a pass is being recorded nothing runs, so a failure there (a call that cannot be
+// recorded, say) breaks only the recording: the pass then runs eagerly, where a real error
+// ends the run as usual.
+static bool broke_recording(const char *call, const char *what) {
+    if (!ctx.capturing) return false;
+    char why[256];
+    snprintf(why, sizeof why, "%s: %s", call, what);
+    cuda_capture_break(why);
+    return true;
+}
+
 void cuda_check_rt_at(cudaError_t e, const char *call, const char *file, int line) {
     if (e == cudaSuccess) return;
+    if (broke_recording(call, cudaGetErrorString(e))) {
+        cudaGetLastError();  // not sticky: clear it
+        return;
+    }
     const char *hint = e == cudaErrorMemoryAllocation ? "reduce train.batch_size or the model size"
                        : e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure
                            ? "a kernel fault: rerun with CUDA_LAUNCH_BLOCKING=1 and compute-sanitizer to find it, "
@@ -36,6 +51,7 @@ void cuda_check_rt_at(cudaError_t e, const char *call, const char *file, int lin
 
 void cuda_check_dnn_at(cudnnStatus_t s, const char *call, const char *file, int line) {
     if (s == CUDNN_STATUS_SUCCESS) return;
+    if (broke_recording(call, cudnnGetErrorString(s))) return;
     gl_die_at(file, line, GL_EXIT_RUNTIME,
               "cuDNN rejected this layer's geometry or ran out of memory; set train.device: cpu to train without it",
               "cuDNN: %s failed: %s", call, cudnnGetErrorString(s));
@@ -43,6 +59,7 @@ void cuda_check_dnn_at(cudnnStatus_t s, const char *call, const char *file, int 
 
 void cuda_check_blas_at(cublasStatus_t s, const char *call, const char *file, int line) {
     if (s == CUBLAS_STATUS_SUCCESS) return;
+    if (broke_recording(call, cublasGetStatusString(s))) return;
     gl_die_at(file, line, GL_EXIT_RUNTIME, "set train.device: cpu to train without the GPU", "cuBLAS: %s failed: %s",
               call, cublasGetStatusString(s));
 }
@@ -53,6 +70,11 @@ void cuda_check_blas_at(cublasStatus_t s, const char *call, const char *file, in
 // earlier may still read the old buffer.
 static void *grow_device(void **buf, size_t *have, size_t bytes) {
     if (bytes <= *have && *buf) return *buf;
+    if (ctx.capturing) {  // no allocation while recording: the pass runs eagerly and grows it then
+        cuda_capture_break("a workspace had to grow");
+        return *buf;
+    }
+    ctx.mem_gen++;  // recordings that point into the old buffer are stale
     size_t want = bytes + bytes / 4 + 256;
     CU_CHECK(cudaStreamSynchronize(ctx.stream));
     if (*buf) CU_CHECK(cudaFree(*buf));
@@ -84,7 +106,10 @@ const void *cuda_stage_find(const void *host, size_t bytes) {
 }
 
 double *cuda_partials(int64_t count, double **host) {
-    if (count > ctx.red_count || !ctx.red) {
+    if ((count > ctx.red_count || !ctx.red) && ctx.capturing) {
+        cuda_capture_break("the partial sums had to grow");
+    } else if (count > ctx.red_count || !ctx.red) {
+        ctx.mem_gen++;
         int64_t want = count < 4096 ? 4096 : count + count / 4;
         CU_CHECK(cudaStreamSynchronize(ctx.stream));
         if (ctx.red) CU_CHECK(cudaFree(ctx.red));
@@ -215,6 +240,12 @@ static const gl_backend cuda_table = {
     .upload = cu_upload,
     .download = cu_download,
     .mem_info = cu_mem_info,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
+    .replay_free = cuda_replay_free,
+    .capture_generation = cuda_capture_generation,
+    .replay_step = cuda_replay_step,
     .host_pin = cu_host_pin,
     .host_unpin = cu_host_unpin,
     .upload_async = cu_upload_async,
@@ -304,6 +335,13 @@ const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
     CUBLAS_CHECK(cublasSetStream(ctx.cublas, ctx.stream));
     // fp32 means fp32: no silent TF32 in GEMMs until train.precision asks for it (cu_set_precision).
     CUBLAS_CHECK(cublasSetMathMode(ctx.cublas, CUBLAS_PEDANTIC_MATH));
+    // cuBLAS's workspace is ours (32 MiB, what NVIDIA advises for Hopper), so it never allocates
+    // inside a recorded pass.
+    const size_t blas_ws = (size_t)32 << 20;
+    CU_CHECK(cudaMalloc(&ctx.blas_ws, blas_ws));
+    CUBLAS_CHECK(cublasSetWorkspace_v2(ctx.cublas, ctx.blas_ws, blas_ws));
+    CU_CHECK(cudaMalloc((void **)&ctx.step_dev, sizeof(uint64_t)));
+    CU_CHECK(cudaMemset(ctx.step_dev, 0, sizeof(uint64_t)));
     ctx.precision = PRECISION_FP32;
     ctx.work_limit = workspace_limit(&ctx.prop);
     int blas = 0;

@@ -28,7 +28,8 @@
 
 #define GL_CUBLAS_FUNCS(X)                                                                     \
     X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasGetVersion_v2)         \
-    X(cublasSetMathMode) X(cublasSgemm_v2) X(cublasSgemmStridedBatched) X(cublasGetStatusString)
+    X(cublasSetMathMode) X(cublasSgemm_v2) X(cublasSgemmStridedBatched) X(cublasGetStatusString) \
+    X(cublasSetWorkspace_v2)
 
 // Functions that cublas_api.h overloads in C++ (an inline wrapper of the same name), so
 // decltype(&::name) would be ambiguous: their members are typed by hand, loaded the same way.
@@ -97,6 +98,7 @@ int cuda_dl_load(char *msg, size_t len);
 #define cublasSgemm_v2 GL_DL_REDIRECT(cublasSgemm_v2)
 #define cublasSgemmStridedBatched GL_DL_REDIRECT(cublasSgemmStridedBatched)
 #define cublasGetStatusString GL_DL_REDIRECT(cublasGetStatusString)
+#define cublasSetWorkspace_v2 GL_DL_REDIRECT(cublasSetWorkspace_v2)
 #define cublasGemmEx GL_DL_REDIRECT(cublasGemmEx)
 
 #endif

@@ -101,6 +101,19 @@ __global__ static void dropout_train_k(int64_t count, float rate, float keep, ui
     }
 }
 
+// As dropout_train_k, recorded in a replayed pass (cuda_graph.cu): the step is read on the device
+// at run time, so each replay draws its own step's mask (the same key, hashed per thread).
+__global__ static void dropout_train_step_k(int64_t count, float rate, float keep, uint64_t seed,
+                                            const uint64_t *step, uint64_t base, const float *x, float *mask,
+                                            float *y) {
+    const uint64_t key = rng_mix_key(seed, RNG_DROPOUT, *step);
+    GRID_STRIDE(i, count) {
+        float m = rng_mix_uniform(key, base + (uint64_t)i) < rate ? 0.0f : keep;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+}
+
 // x[count] -> mask[count] = 1, y[count] = x (not training, or rate 0)
 __global__ static void dropout_pass_k(int64_t count, const float *x, float *mask, float *y) {
     GRID_STRIDE(i, count) {
@@ -118,8 +131,12 @@ void cuda_dropout_forward(int64_t count, float rate, int train, uint64_t seed, u
         dropout_pass_k<<<g, GL_BLOCK, 0, st>>>(count, x, mask, y);
     } else {
         const float keep = 1.0f / (1.0f - rate);  // computed as the CPU does, so the mask is bitwise equal
-        dropout_train_k<<<g, GL_BLOCK, 0, st>>>(count, rate, keep, rng_mix_key(seed, RNG_DROPOUT, step), base, x,
-                                                mask, y);
+        cuda_ctx *c = cuda_ctx_get();
+        if (c->capturing)
+            dropout_train_step_k<<<g, GL_BLOCK, 0, st>>>(count, rate, keep, seed, c->step_dev, base, x, mask, y);
+        else
+            dropout_train_k<<<g, GL_BLOCK, 0, st>>>(count, rate, keep, rng_mix_key(seed, RNG_DROPOUT, step), base,
+                                                    x, mask, y);
     }
     CU_LAUNCHED();
 }

@@ -40,6 +40,13 @@ typedef struct {
     int64_t red_count;
     double *red_host;      // pinned host mirror of red
     int precision;         // PRECISION_* of recipe.h in effect for dense and conv (set_precision; fp32 at bind)
+    // Recording (cuda_graph.cu): while capturing, failed checks mark the recording broken instead
+    // of ending the run (nothing has run; the pass runs again eagerly), and buffers do not grow.
+    bool capturing, capture_broken;
+    char capture_msg[256];  // the first reason it broke
+    uint64_t mem_gen;       // bumped when the workspace, stage or partials are reallocated
+    uint64_t *step_dev;     // the step recorded dropout kernels read (replay_step sets it)
+    void *blas_ws;          // cuBLAS's workspace, ours so that it never allocates while recording
 } cuda_ctx;
 
 cuda_ctx *cuda_ctx_get(void);
@@ -107,6 +114,15 @@ void cuda_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int
 void cuda_chunk_sumsq(int nchunks, const gl_chunk *chunks, const float *x, double *part);
 void cuda_optim_update(int nchunks, const gl_chunk *chunks, const gl_optim_args *a, float *w, float *g, float *s0,
                        float *s1, double *part, const double *ratio);
+// cuda_graph.cu
+int cuda_capture_begin(char *msg, size_t len);
+void *cuda_capture_end(char *msg, size_t len);
+void cuda_replay(void *rec);
+void cuda_replay_free(void *rec);
+uint64_t cuda_capture_generation(void);
+void cuda_replay_step(uint64_t step);
+// Marks the recording in progress broken, keeping the first reason (checks and buffers call it).
+void cuda_capture_break(const char *why);
 // cuda_metrics.cu
 void cuda_metrics_sums(bool class_like, bool topk, bool iou, int64_t n, int64_t c, int64_t s, int k, const float *out,
                        const int32_t *labels, const float *values, int64_t *counts, double *abs_sum);

@@ -1,0 +1,19 @@
+// graph_internal.h: what graph.c and graph_replay.c share: the passes themselves, and the
+// replay that stands in for them.
+#ifndef GALLEY_GRAPH_INTERNAL_H
+#define GALLEY_GRAPH_INTERNAL_H
+
+#include "galley/graph.h"
+
+typedef struct gl_replay gl_replay;
+
+// The layers' forward (rows [0, n)) and backward passes, as issued to the backend, no wait at the end.
+void graph_run_forward(gl_graph *g, int64_t n, bool train);
+void graph_run_backward(gl_graph *g, int64_t n);
+// Replays (recording it first when due) the pass instead of running it: true when it did, false
+// when the caller must run the pass itself (recording off or impossible, or its first run).
+bool graph_replay_pass(gl_graph *g, int64_t n, bool train, bool backward);
+// Frees the recordings (graph_free).
+void graph_replay_free(gl_graph *g);
+
+#endif
