@@ -4,12 +4,13 @@
 // Keys. A recording freezes every kernel argument, so it is made per (input buffer, rows, row0,
 // training or not, forward or backward): the two input buffers of input_stage.c, a short last
 // batch, evaluation and the parts of distributed.deterministic each get their own, up to
-// REPLAY_SLOTS (round robin beyond). The only per-step value inside a pass is dropout's step,
+// REPLAY_SLOTS (the least recently used goes beyond). The only per-step value inside a pass is dropout's step,
 // which recorded kernels read on the device (replay_step).
 // Warm-up. The first run of a key is eager: it chooses convolution algorithms and grows the
 // workspaces, which a recording cannot do. The second records, then every run replays. A
 // recording older than the backend's buffers (capture_generation) is made again.
-// Not recorded. sync_batchnorm (ranks' sums on the host mid-pass) and a backward whose layers
+// Not recorded. Training passes with sync_batchnorm (ranks' sums on the host mid-pass; evaluation
+// uses running statistics and is recorded) and a backward whose layers
 // hand gradient buckets to MPI or NCCL (g->layer_done): those passes run eagerly. A recording
 // that fails (a call that cannot be recorded) is retried once after another eager run, then
 // the key stays eager; the first such failure is said on err.
@@ -19,11 +20,12 @@
 #include "galley/check.h"
 #include "model/graph_internal.h"
 
-#define REPLAY_SLOTS 8
+#define REPLAY_SLOTS 32
 
 typedef struct {
     bool used, eager;  // eager: recording failed twice for this key
-    int runs, fails;   // eager runs since the last (failed) recording
+    int runs, fails;   // eager runs since the last (failed) recording; failures in a row
+    uint64_t last;     // when it was last used (gl_replay.clock)
     const float *input;
     int64_t n, row0;
     bool train, backward;
@@ -33,7 +35,7 @@ typedef struct {
 
 struct gl_replay {
     replay_slot s[REPLAY_SLOTS];
-    int next;  // the slot a new key takes when all are used
+    uint64_t clock;  // passes seen
     FILE *err;
     bool said_fail, said_sync_bn, said_hooks;
     int64_t recorded, replays, eager;  // passes recorded, replayed, and run eagerly
@@ -58,24 +60,28 @@ void graph_replay_free(gl_graph *g) {
 
 static replay_slot *slot_of(gl_graph *g, int64_t n, bool train, bool backward) {
     gl_replay *rp = g->replay;
+    rp->clock++;
+    replay_slot *s = NULL;
     for (int i = 0; i < REPLAY_SLOTS; i++) {
-        replay_slot *s = &rp->s[i];
-        if (s->used && s->input == g->input.data && s->n == n && s->row0 == g->row0 && s->train == train &&
-            s->backward == backward)
-            return s;
+        replay_slot *t = &rp->s[i];
+        if (t->used && t->input == g->input.data && t->n == n && t->row0 == g->row0 && t->train == train &&
+            t->backward == backward) {
+            t->last = rp->clock;
+            return t;
+        }
+        if (!s || (s->used && (!t->used || t->last < s->last))) s = t;  // a free slot, else the least recently used
     }
-    replay_slot *s = &rp->s[rp->next];
-    rp->next = (rp->next + 1) % REPLAY_SLOTS;
     if (s->rec) g->be->replay_free(s->rec);
     memset(s, 0, sizeof *s);
     s->used = true, s->input = g->input.data, s->n = n, s->row0 = g->row0, s->train = train, s->backward = backward;
+    s->last = rp->clock;
     return s;
 }
 
 // Whether a pass cannot be recorded at all (why: said once on err).
-static bool refused(gl_graph *g, bool backward) {
+static bool refused(gl_graph *g, bool train_pass, bool backward) {
     gl_replay *rp = g->replay;
-    if (g->reduce) {
+    if (g->reduce && (train_pass || backward)) {  // evaluation's batch norm uses running statistics
         if (!rp->said_sync_bn && rp->err)
             fprintf(rp->err, "galley: train.cuda_graphs: passes run eagerly: sync_batchnorm sums statistics over "
                              "ranks on the host inside them\n");
@@ -95,7 +101,7 @@ static bool refused(gl_graph *g, bool backward) {
 bool graph_replay_pass(gl_graph *g, int64_t n, bool train, bool backward) {
     gl_replay *rp = g->replay;
     if (!rp || n <= 0) return false;
-    if (refused(g, backward)) {
+    if (refused(g, train, backward)) {
         rp->eager++;
         return false;
     }
@@ -131,6 +137,7 @@ bool graph_replay_pass(gl_graph *g, int64_t n, bool train, bool backward) {
             return false;
         }
         s->rec = rec;
+        s->fails = 0;
         s->gen = be->capture_generation();
         rp->recorded++;
     }

@@ -5,7 +5,9 @@
 // never records. What is checked: the first run of each key (input buffer, rows, mode) is eager,
 // the second records, later ones replay; both input buffers and evaluation get their own; a new
 // buffer generation records again; a recording that fails is retried once, then the key stays
-// eager and a line says so; sync_batchnorm and backward hooks keep passes eager; off is off.
+// eager and a line says so; sync_batchnorm keeps training passes eager (evaluation is recorded)
+// and backward hooks keep backward eager; beyond the slots the least recently used key goes;
+// off is off.
 #include "testlib.h"
 
 #include "galley/check.h"
@@ -196,7 +198,28 @@ static void test_failures_and_refusals(void **st) {
     g->reduce = &red;
     for (int i = 0; i < 3; i++) graph_forward(g, N, true);
     assert_int_equal(fk.begins, 5);
+    fk.rec_train = false;
+    for (int i = 0; i < 3; i++) graph_forward(g, N, false);  // evaluation: running statistics, recorded
+    assert_int_equal(fk.begins, 6);
     g->reduce = NULL;
+    // More keys than slots (row offsets, as many parts would give): the least recently used go.
+    graph_replay_setup(g, true, err);
+    const int frees = fk.frees;
+    fk.rec_train = true;
+    for (int64_t r0 = 0; r0 < 34; r0++) {
+        g->row0 = r0;
+        graph_forward(g, N, true);  // eager
+        graph_forward(g, N, true);  // recorded, replayed
+    }
+    assert_int_equal(fk.begins, 6 + 34);
+    assert_int_equal(fk.frees, frees + 2);  // row offsets 0 and 1 gave way
+    g->row0 = 33;
+    graph_forward(g, N, true);
+    assert_int_equal(fk.begins, 6 + 34);  // still there: replayed
+    g->row0 = 0;
+    graph_forward(g, N, true);
+    assert_int_equal(fk.begins, 6 + 34);  // evicted: a warm-up run again, nothing recorded yet
+    g->row0 = 0;
     char *msg = tl_stream_close(&es);
     assert_non_null(strstr(msg, "could not be recorded (fake: not recordable); it runs eagerly"));
     assert_non_null(strstr(msg, "backward passes run eagerly: gradient buckets"));
@@ -206,7 +229,7 @@ static void test_failures_and_refusals(void **st) {
     graph_replay_setup(g, false, NULL);
     assert_null(g->replay);
     for (int64_t k = 0; k < 3; k++) step_both(g, ref, x, N, dy, 10 + k);
-    assert_int_equal(fk.begins, 5);
+    assert_int_equal(fk.begins, 6 + 34);
     free(x);
     tl_model_free(&m);
     tl_model_free(&r);

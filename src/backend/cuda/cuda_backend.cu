@@ -67,14 +67,15 @@ void cuda_check_blas_at(cublasStatus_t s, const char *call, const char *file, in
 // ---- scratch that grows ------------------------------------------------------------------------
 
 // Grows *buf to at least bytes of device memory. Waits for the stream first: kernels issued
-// earlier may still read the old buffer.
-static void *grow_device(void **buf, size_t *have, size_t bytes) {
+// earlier may still read the old buffer. recorded: recorded passes may point into it, so they
+// go stale (mem_gen).
+static void *grow_device(void **buf, size_t *have, size_t bytes, bool recorded) {
     if (bytes <= *have && *buf) return *buf;
     if (ctx.capturing) {  // no allocation while recording: the pass runs eagerly and grows it then
         cuda_capture_break("a workspace had to grow");
         return *buf;
     }
-    ctx.mem_gen++;  // recordings that point into the old buffer are stale
+    if (recorded) ctx.mem_gen++;  // recordings that point into the old buffer are stale
     size_t want = bytes + bytes / 4 + 256;
     CU_CHECK(cudaStreamSynchronize(ctx.stream));
     if (*buf) CU_CHECK(cudaFree(*buf));
@@ -84,10 +85,10 @@ static void *grow_device(void **buf, size_t *have, size_t bytes) {
     return *buf;
 }
 
-void *cuda_workspace(size_t bytes) { return grow_device(&ctx.work, &ctx.work_bytes, bytes ? bytes : 256); }
+void *cuda_workspace(size_t bytes) { return grow_device(&ctx.work, &ctx.work_bytes, bytes ? bytes : 256, true); }
 
 void *cuda_stage(const void *host, size_t bytes) {
-    void *d = grow_device(&ctx.stage, &ctx.stage_bytes, bytes ? bytes : 256);
+    void *d = grow_device(&ctx.stage, &ctx.stage_bytes, bytes ? bytes : 256, false);  // no pass reads it
     if (bytes) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, ctx.stream));
     ctx.stage_of = host, ctx.stage_of_bytes = bytes;
     return d;

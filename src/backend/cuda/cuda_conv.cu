@@ -462,6 +462,12 @@ static bool choose_fallback(cv_entry *e, int pass) {
 // algorithms are the last resort of fp32 only).
 static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
     if (e->chosen[pass]) return;
+    // Choosing needs queries, timing and allocations a recording cannot hold: the recording is
+    // dropped (cuda_graph.cu) and the eager run chooses.
+    if (cuda_ctx_get()->capturing) {
+        cuda_capture_break("a convolution algorithm had to be chosen");
+        return;
+    }
     size_t limit = cuda_ctx_get()->work_limit;
     bool ok = autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
     // 16-bit without a heuristic pick goes to fp32 rather than to a fixed algorithm: a workspace
