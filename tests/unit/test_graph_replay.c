@@ -103,16 +103,21 @@ static void step_both(gl_graph *g, gl_graph *ref, float *x, int64_t n, const flo
     assert_memory_equal(g->grads, ref->grads, sizeof(float) * (size_t)g->nparams);
 }
 
+// The model on the fake recording backend (m) and, with the same parameters, on the CPU (r).
+static void models_open(tl_model *m, tl_model *r, uint64_t stream) {
+    char *errors = NULL;
+    const gl_shape in = {3, {2, 6, 6}};
+    assert_int_equal(tl_model_try_on(m, layers, in, N, fake_backend(), &errors), 0);
+    assert_int_equal(tl_model_try_on(r, layers, in, N, backend_cpu(), &errors), 0);
+    tl_fill_uniform(m->g.params, m->g.nparams, -0.5, 0.5, stream);
+    memcpy(r->g.params, m->g.params, sizeof(float) * (size_t)m->g.nparams);
+}
+
 static void test_record_then_replay(void **st) {
     (void)st;
     tl_model m, r;
-    char *errors = NULL;
-    const gl_shape in = {3, {2, 6, 6}};
-    assert_int_equal(tl_model_try_on(&m, layers, in, N, fake_backend(), &errors), 0);
-    assert_int_equal(tl_model_try_on(&r, layers, in, N, backend_cpu(), &errors), 0);
+    models_open(&m, &r, 90);
     gl_graph *g = &m.g, *ref = &r.g;
-    tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 90);
-    memcpy(ref->params, g->params, sizeof(float) * (size_t)g->nparams);
     const int64_t sz = N * g->input.size;
     float *xa = malloc(sizeof(float) * (size_t)sz), *xb = malloc(sizeof(float) * (size_t)sz);
     float dy[N * 5];
@@ -163,13 +168,8 @@ static void count_hook(void *ctx, int layer) {
 static void test_failures_and_refusals(void **st) {
     (void)st;
     tl_model m, r;
-    char *errors = NULL;
-    const gl_shape in = {3, {2, 6, 6}};
-    assert_int_equal(tl_model_try_on(&m, layers, in, N, fake_backend(), &errors), 0);
-    assert_int_equal(tl_model_try_on(&r, layers, in, N, backend_cpu(), &errors), 0);
+    models_open(&m, &r, 92);
     gl_graph *g = &m.g, *ref = &r.g;
-    tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 92);
-    memcpy(ref->params, g->params, sizeof(float) * (size_t)g->nparams);
     float *x = malloc(sizeof(float) * (size_t)(N * g->input.size)), dy[N * 5];
     tl_fill_uniform(x, N * g->input.size, -1, 1, 93);
     tl_fill_uniform(dy, N * 5, -1, 1, 94);

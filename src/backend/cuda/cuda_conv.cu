@@ -679,17 +679,25 @@ static void x_output(const cv_entry *e, const cv_work *w, float *dst, bool accum
     CU_LAUNCHED();
 }
 
+// One value to bf16 (bf16 != 0) or fp16 bits, rounded to nearest even, and back (exact).
+__device__ static inline uint16_t to16(float v, int bf16) {
+    return bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+__device__ static inline float from16(uint16_t h, int bf16) {
+    return bf16 ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
+}
+
 // x[count] fp32 -> h[count] as bf16 (bf16 != 0) or fp16 bits, rounded to nearest even
 // (fp16: beyond +-65504 becomes Inf, which fp16's loss scaling detects in the gradients)
 __global__ static void to_16bit(int64_t count, int bf16, const float *x, uint16_t *h) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
-        h[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
+        h[i] = to16(x[i], bf16);
 }
 
 // h[count] (bf16 or fp16 bits) -> x[count] fp32, overwritten or accumulated (exact widening)
 __global__ static void from_16bit(int64_t count, int bf16, const uint16_t *h, float *x, int accumulate) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = bf16 ? __bfloat162float(__ushort_as_bfloat16(h[i])) : __half2float(__ushort_as_half(h[i]));
+        const float v = from16(h[i], bf16);
         x[i] = accumulate ? x[i] + v : v;
     }
 }
@@ -710,10 +718,7 @@ __global__ static void to_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, co
         __syncthreads();
         for (int r = threadIdx.y; r < 32; r += blockDim.y) {
             const int64_t ss = s0 + r, cc = c0 + threadIdx.x;
-            if (cc < c && ss < s) {
-                const float v = t[threadIdx.x][r];
-                hi[ss * c + cc] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
-            }
+            if (cc < c && ss < s) hi[ss * c + cc] = to16(t[threadIdx.x][r], bf16);
         }
         __syncthreads();  // the tile is read before the next sample overwrites it
     }
@@ -730,9 +735,7 @@ __global__ static void from_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, 
         float *xi = x + i * c * s;
         for (int r = threadIdx.y; r < 32; r += blockDim.y) {
             const int64_t ss = s0 + r, cc = c0 + threadIdx.x;
-            if (cc < c && ss < s)
-                t[r][threadIdx.x] = bf16 ? __bfloat162float(__ushort_as_bfloat16(hi[ss * c + cc]))
-                                         : __half2float(__ushort_as_half(hi[ss * c + cc]));
+            if (cc < c && ss < s) t[r][threadIdx.x] = from16(hi[ss * c + cc], bf16);
         }
         __syncthreads();
         for (int r = threadIdx.y; r < 32; r += blockDim.y) {
