@@ -297,9 +297,9 @@ static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
     return e;
 }
 
-// cuDNN supports no 16-bit algorithm for e's geometry: e runs in fp32 from now on (descriptors
-// re-set, every pass chosen again), said once per geometry and precision (other chunk sizes of
-// the same layer that fall back too stay quiet).
+// cuDNN supports no 16-bit algorithm for e's geometry: e runs in fp32 from now on (the caller
+// re-chooses: entry_rechoose), said once per geometry and precision (other chunk sizes of the
+// same layer that fall back too stay quiet).
 static void entry_fall_back(cv_entry *e, int pass) {
     bool said = false;
     for (int i = 0; i < cv_cache.used; i++) {
@@ -316,8 +316,6 @@ static void entry_fall_back(cv_entry *e, int pass) {
         e->said = true;
     }
     e->half = false;
-    for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
-    entry_describe(e);
 }
 
 // ---- algorithm choice -------------------------------------------------------------------------
@@ -456,6 +454,26 @@ static bool choose_fallback(cv_entry *e, int pass) {
     return false;
 }
 
+// One choice for pass on e's descriptors as they are: timed (autotune, fp32 and tf32) or heuristic.
+static bool choose_one(cv_entry *e, int pass, const cv_data *t) {
+    size_t limit = cuda_ctx_get()->work_limit;
+    return autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+}
+
+static void entry_choose(cv_entry *e, int pass, const cv_data *t);
+
+// e's setup changed (layout or precision): descriptors re-set, the passes chosen before chosen
+// again in it, then pass. Whether pass got an algorithm.
+static bool entry_rechoose(cv_entry *e, int pass, const cv_data *t) {
+    bool had[PASS_COUNT];
+    memcpy(had, e->chosen, sizeof had);
+    for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
+    entry_describe(e);
+    for (int p = 0; p < PASS_COUNT; p++)
+        if (had[p] && p != pass) entry_choose(e, p, t);
+    return choose_one(e, pass, t);
+}
+
 // Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning, which
 // 16-bit entries skip: their tensors are fp32 here). A 16-bit channels-last entry without any
 // algorithm for pass tries channels-first, then falls back to fp32 and chooses again (fixed
@@ -468,29 +486,17 @@ static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
         cuda_capture_break("a convolution algorithm had to be chosen");
         return;
     }
-    size_t limit = cuda_ctx_get()->work_limit;
-    bool ok = autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+    bool ok = choose_one(e, pass, t);
     // 16-bit without a heuristic pick goes to fp32 rather than to a fixed algorithm: a workspace
-    // query may accept a 16-bit setup that the convolution itself then refuses.
-    if (!ok && e->half) {
-        bool had[PASS_COUNT];
-        memcpy(had, e->chosen, sizeof had);
-        if (e->cl) {  // first 16-bit channels-first (cuDNN's NHWC kernels want, say, C/groups % 8 == 0)
-            e->cl = false;
-            for (int p = 0; p < PASS_COUNT; p++) e->chosen[p] = false, e->algo[p] = 0, e->ws[p] = 0;
-            entry_describe(e);
-            for (int p = 0; p < PASS_COUNT; p++)
-                if (had[p] && p != pass) entry_choose(e, p, t);
-            ok = choose_heuristic(e, pass, limit);
-        }
+    // query may accept a 16-bit setup that the convolution itself then refuses. Channels-last
+    // first tries channels-first (cuDNN's NHWC kernels want, say, C/groups % 8 == 0).
+    if (!ok && e->half && e->cl) {
+        e->cl = false;
+        ok = entry_rechoose(e, pass, t);
     }
     if (!ok && e->half) {
-        bool had[PASS_COUNT];
-        memcpy(had, e->chosen, sizeof had);
         entry_fall_back(e, pass);
-        for (int p = 0; p < PASS_COUNT; p++)  // passes already chosen in 16 bits: again in fp32
-            if (had[p] && p != pass) entry_choose(e, p, t);
-        ok = autotune_on() ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+        ok = entry_rechoose(e, pass, t);
     }
     if (!ok && !choose_fallback(e, pass)) {
         const cv_geom *g = &e->key.g;
