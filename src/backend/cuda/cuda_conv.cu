@@ -27,10 +27,12 @@
 //
 // Algorithms: chosen once per geometry (chunk size included) and pass. By default
 // cuDNN's heuristics (cudnnGet*Algorithm_v7) in their order; with GALLEY_CUDNN_AUTOTUNE=1
-// each is timed once on the real tensors (cudnnFind*AlgorithmEx, like cudnn.benchmark). Either
-// way the first algorithm that is deterministic, runs in FMA math and whose workspace fits
-// ctx->work_limit wins; a non-deterministic one only when no deterministic one fits, and a
-// plain implicit GEMM (over the limit if need be) when nothing fits.
+// each is timed once on the real tensors (cudnnFind*AlgorithmEx, like cudnn.benchmark): fp32
+// and tf32 on galley's arrays, bf16 and fp16 on the real inputs converted into the 16-bit copies
+// in the entry's layout (see Precision). Either way the first algorithm that is deterministic,
+// runs in FMA math (fp32) and whose workspace fits ctx->work_limit wins; a non-deterministic one
+// only when no deterministic one fits, and a plain implicit GEMM (over the limit if need be) when
+// nothing fits. Never while a CUDA graph is being recorded (entry_choose drops the recording).
 //
 // Cache: a fixed table of CONV_CACHE geometries with their descriptors (created once per slot
 // and re-set when the slot is reused) and algorithms, in a file-static struct that is part of
@@ -38,8 +40,11 @@
 // When the table is full the oldest slot is reused (round robin): a model with more distinct
 // geometries than slots still runs, it only chooses algorithms again.
 //
-// Bias: own kernels. The forward adds b per channel; the gradient sums each channel in double
-// in fixed slices, then the slices in order: repeatable bit for bit, no atomics.
+// Bias: own kernels. The forward adds b per channel and applies a fused relu or leaky_relu
+// (bias_act); a 16-bit forward that overwrites y does both in the pass that widens its result
+// into y (from_16bit, from_16bit_cl), with the same float operations, so no bit changes and y is
+// not read and written again. The gradient sums each channel in double in fixed slices, then the
+// slices in order: repeatable bit for bit, no atomics.
 //
 // Precision (backend.h's set_precision; part of the cache key): fp32 runs FMA math only (the
 // same bits every run, deterministic algorithms first). tf32 lets cuDNN use tensor-op math on
@@ -50,7 +55,9 @@
 // workspace beside the staged copy (work_get), and chunks are cut so that they stay within
 // ctx->work_limit, like the staged copy: nothing is allocated per step. Where cuDNN supports no
 // 16-bit algorithm for a geometry, that convolution falls back to fp32 and says so once on
-// stderr. GALLEY_CUDNN_AUTOTUNE times fp32 and tf32 entries only; 16-bit ones use heuristics.
+// stderr. With GALLEY_CUDNN_AUTOTUNE=1, 16-bit entries are timed on those copies too: the chunk's
+// inputs converted first, the pass's result written into the workspace's 16-bit copy on its
+// output side (scratch: the run converts its inputs again), never into galley's tensors.
 //
 // Channels last (16-bit only). The 16-bit copies are written channels-last (N, spatial, C;
 // weights F, taps, C/groups) by the same conversion pass, a transpose through shared-memory
@@ -386,11 +393,18 @@ static bool choose_heuristic(cv_entry *e, int pass, size_t limit) {
 }
 
 // One chunk's tensors, for timing: x-space input (NULL for the data pass), the weight and the
-// y-space input (NULL for the forward pass). Outputs go to a temporary buffer, so accumulated
-// results (dx) are not disturbed.
+// y-space input (NULL for the forward pass). Outputs go to a temporary buffer (fp32) or to the
+// workspace's 16-bit copies (bf16, fp16), so galley's tensors (dx accumulated) are not disturbed.
 typedef struct {
     const float *x, *w, *y;
 } cv_data;
+
+// Whether t holds every tensor pass reads: a pass chosen again by entry_rechoose for another
+// call may lack one (a transposed convolution whose geometry is also a convolution's), and is
+// then chosen by heuristics.
+static bool data_has(const cv_data *t, int pass) {
+    return t->w && (pass == PASS_DATA || t->x) && (pass == PASS_FWD || t->y);
+}
 
 // GALLEY_CUDNN_AUTOTUNE=1: every algorithm is run once on this chunk's tensors (cudnnFind*Ex,
 // host-blocking) in at most min(work_limit, half the free memory) of workspace.
@@ -454,10 +468,14 @@ static bool choose_fallback(cv_entry *e, int pass) {
     return false;
 }
 
-// One choice for pass on e's descriptors as they are: timed (autotune, fp32 and tf32) or heuristic.
+static bool choose_timed_16(cv_entry *e, int pass, size_t limit, const cv_data *t);  // beside the conversions
+
+// One choice for pass on e's descriptors as they are: timed (autotune; 16-bit entries on their
+// 16-bit copies) or heuristic.
 static bool choose_one(cv_entry *e, int pass, const cv_data *t) {
     size_t limit = cuda_ctx_get()->work_limit;
-    return autotune_on() && !e->half ? choose_timed(e, pass, limit, t) : choose_heuristic(e, pass, limit);
+    if (!autotune_on() || !data_has(t, pass)) return choose_heuristic(e, pass, limit);
+    return e->half ? choose_timed_16(e, pass, limit, t) : choose_timed(e, pass, limit, t);
 }
 
 static void entry_choose(cv_entry *e, int pass, const cv_data *t);
@@ -474,8 +492,8 @@ static bool entry_rechoose(cv_entry *e, int pass, const cv_data *t) {
     return choose_one(e, pass, t);
 }
 
-// Chooses e's algorithm for pass once; t: the chunk's tensors (used only when autotuning, which
-// 16-bit entries skip: their tensors are fp32 here). A 16-bit channels-last entry without any
+// Chooses e's algorithm for pass once; t: the chunk's fp32 tensors (used only when autotuning;
+// 16-bit entries convert them into their copies first). A 16-bit channels-last entry without any
 // algorithm for pass tries channels-first, then falls back to fp32 and chooses again (fixed
 // algorithms are the last resort of fp32 only).
 static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
@@ -512,21 +530,27 @@ static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
 
 // The workspace of one chunk: the staged copy (NULL when none), the 16-bit copies (NULL unless
 // e->half): x-space x16 [n, C, xc], y-space y16 [n, F, out], the weight w16 and its gradient
-// dw16; then cuDNN's part, large enough for every pass in `passes` (a bit mask). Valid until the
-// next cuda_workspace call.
+// dw16; then cuDNN's part. Valid until the next cuda_workspace call.
 typedef struct {
     float *stage;
     uint16_t *x16, *y16, *w16, *dw16;
     void *ws;
 } cv_work;
 
-static cv_work work_get(const cv_entry *e, unsigned passes) {
-    size_t stage = stage_bytes(&e->L, e->key.n), need = 0;
+// Bytes of the workspace ahead of cuDNN's part: the staged copy and the 16-bit copies.
+static size_t work_copies(const cv_entry *e) {
+    size_t stage = stage_bytes(&e->L, e->key.n);
+    if (!e->half) return stage;
+    return stage + half_bytes(e->key.n * e->L.xc_elems) + half_bytes(e->key.n * e->L.y_elems) +
+           2 * half_bytes(e->L.w_elems);
+}
+
+// The workspace with `need` bytes for cuDNN (grown if need be: never while recording).
+static cv_work work_at(const cv_entry *e, size_t need) {
+    size_t stage = stage_bytes(&e->L, e->key.n);
     size_t hx = e->half ? half_bytes(e->key.n * e->L.xc_elems) : 0, hy = e->half ? half_bytes(e->key.n * e->L.y_elems) : 0;
     size_t hw = e->half ? half_bytes(e->L.w_elems) : 0;
-    for (int p = 0; p < PASS_COUNT; p++)
-        if (passes >> p & 1u && e->ws[p] > need) need = e->ws[p];
-    char *base = (char *)cuda_workspace(stage + hx + hy + 2 * hw + need);
+    char *base = (char *)cuda_workspace(work_copies(e) + need);
     cv_work w;
     memset(&w, 0, sizeof w);
     w.stage = e->L.staged ? (float *)base : NULL;
@@ -538,6 +562,14 @@ static cv_work work_get(const cv_entry *e, unsigned passes) {
     }
     w.ws = base + stage + hx + hy + 2 * hw;
     return w;
+}
+
+// The workspace for running the passes in `passes` (a bit mask): cuDNN's part fits each.
+static cv_work work_get(const cv_entry *e, unsigned passes) {
+    size_t need = 0;
+    for (int p = 0; p < PASS_COUNT; p++)
+        if (passes >> p & 1u && e->ws[p] > need) need = e->ws[p];
+    return work_at(e, need);
 }
 
 // ---- kernels ------------------------------------------------------------------------------------
@@ -588,17 +620,23 @@ __global__ static void stage_out(int64_t total, stage_map m, const float *xc, fl
     }
 }
 
+// The activation of the forward epilogue on one value; A: 0 none, else ACT_RELU + 1 or
+// ACT_LEAKY_RELU + 1 (slope >= 0). cuda_act_forward's expressions, so fusing changes no bit.
+template <int A>
+__device__ static inline float act_one(float v, float slope) {
+    if (A == ACT_RELU + 1) v = v > 0.0f ? v : 0.0f;
+    if (A == ACT_LEAKY_RELU + 1) v = v > 0.0f ? v : slope * v;
+    return v;
+}
+
 // The epilogue of the forward passes, one pass over y[N, CH, P]: y = act(y + b[CH]), b NULL for
-// none; A: 0 no activation, else ACT_RELU + 1 or ACT_LEAKY_RELU + 1 (slope >= 0). The same float
-// operations as a bias pass and then cuda_act_forward, so fusing changes no bit.
+// none, A as act_one's. The same float operations as a bias pass and then cuda_act_forward.
 template <int A>
 __global__ static void bias_act(int64_t total, int64_t ch, int64_t P, const float *b, float slope, float *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         float v = y[i];
         if (b) v += b[i / P % ch];
-        if (A == ACT_RELU + 1) v = v > 0.0f ? v : 0.0f;
-        if (A == ACT_LEAKY_RELU + 1) v = v > 0.0f ? v : slope * v;
-        y[i] = v;
+        y[i] = act_one<A>(v, slope);
     }
 }
 
@@ -700,11 +738,20 @@ __global__ static void to_16bit(int64_t count, int bf16, const float *x, uint16_
         h[i] = to16(x[i], bf16);
 }
 
-// h[count] (bf16 or fp16 bits) -> x[count] fp32, overwritten or accumulated (exact widening)
-__global__ static void from_16bit(int64_t count, int bf16, const uint16_t *h, float *x, int accumulate) {
+// h[count] (bf16 or fp16 bits) -> x[count] fp32 (exact widening), accumulated, or overwritten
+// with bias_act's epilogue fused: x = act(v + b[i / P % ch]) (b NULL: no bias, A as act_one's;
+// ch and P read only for the bias)
+template <int A>
+__global__ static void from_16bit(int64_t count, int64_t ch, int64_t P, int bf16, const uint16_t *h, float *x,
+                                  int accumulate, const float *b, float slope) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        const float v = from16(h[i], bf16);
-        x[i] = accumulate ? x[i] + v : v;
+        float v = from16(h[i], bf16);
+        if (accumulate) {
+            x[i] = x[i] + v;
+        } else {
+            if (b) v += b[i / P % ch];
+            x[i] = act_one<A>(v, slope);
+        }
     }
 }
 
@@ -730,10 +777,12 @@ __global__ static void to_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, co
     }
 }
 
-// h[N, S, C] 16-bit -> x[N, C, S] fp32, overwritten or accumulated: from_16bit's values, moved
-// back to channels first through the same tiles.
+// h[N, S, C] 16-bit -> x[N, C, S] fp32, accumulated, or overwritten with the epilogue fused:
+// from_16bit's values, moved back to channels first through the same tiles. Block (32, 8); grid
+// as to_16bit_cl's.
+template <int A>
 __global__ static void from_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, const uint16_t *h, float *x,
-                                     int accumulate) {
+                                     int accumulate, const float *b, float slope) {
     __shared__ float t[32][33];
     const int64_t s0 = (int64_t)blockIdx.x * 32, c0 = (int64_t)blockIdx.y * 32;
     for (int64_t i = blockIdx.z; i < n; i += gridDim.z) {
@@ -745,10 +794,15 @@ __global__ static void from_16bit_cl(int64_t n, int64_t c, int64_t s, int bf16, 
         }
         __syncthreads();
         for (int r = threadIdx.y; r < 32; r += blockDim.y) {
-            const int64_t cc = c0 + r, ss = s0 + threadIdx.x;
+            const int64_t cc = c0 + r, ss = s0 + threadIdx.x;  // cc: the channel
             if (cc < c && ss < s) {
-                const float v = t[threadIdx.x][r];
-                xi[cc * s + ss] = accumulate ? xi[cc * s + ss] + v : v;
+                float v = t[threadIdx.x][r];
+                if (accumulate) {
+                    xi[cc * s + ss] = xi[cc * s + ss] + v;
+                } else {
+                    if (b) v += b[cc];
+                    xi[cc * s + ss] = act_one<A>(v, slope);
+                }
             }
         }
         __syncthreads();
@@ -775,20 +829,45 @@ static void half_in(const cv_entry *e, int64_t n, int64_t c, int64_t s, const fl
     CU_LAUNCHED();
 }
 
-// The 16-bit results of h (laid out as half_in made them) -> fp32 x [n, c, s], overwritten or accumulated
-static void half_out(const cv_entry *e, int64_t n, int64_t c, int64_t s, const uint16_t *h, float *x,
-                     bool accumulate) {
+// The forward epilogue y = act(y + b[channel]) as bias_act_forward takes it: b NULL for no bias,
+// act < 0 for none, slope leaky_relu's.
+typedef struct {
+    const float *b;
+    int act;
+    float slope;
+} cv_epi;
+
+// half_out with the activation A (act_one's) as a template argument.
+template <int A>
+static void half_out_as(const cv_entry *e, int64_t n, int64_t c, int64_t s, const uint16_t *h, float *x,
+                        int accumulate, const float *b, float slope) {
     const int64_t count = n * c * s;
-    if (count <= 0) return;
     cudaStream_t st = cuda_ctx_get()->stream;
     const int bf16 = e->key.prec == PRECISION_BF16;
     if (e->cl && c > 1 && s > 1) {
         GL_CHECK(c / 32 < 65535, "a channel count fits the transposing conversion's grid");
-        from_16bit_cl<<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, h, x, accumulate ? 1 : 0);
+        from_16bit_cl<A><<<cl_grid(n, c, s), dim3(32, 8), 0, st>>>(n, c, s, bf16, h, x, accumulate, b, slope);
     } else {
-        from_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, st>>>(count, bf16, h, x, accumulate ? 1 : 0);
+        // With one channel or one position the channels-last bytes are [n, c, s] too, so the
+        // channel of element i is i / s % c either way.
+        from_16bit<A><<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, st>>>(count, c, s, bf16, h, x, accumulate, b, slope);
     }
     CU_LAUNCHED();
+}
+
+// The 16-bit results of h (laid out as half_in made them) -> fp32 x [n, c, s], overwritten or
+// accumulated; ep (NULL: none; overwriting only): the forward epilogue, c being the channels.
+static void half_out(const cv_entry *e, int64_t n, int64_t c, int64_t s, const uint16_t *h, float *x,
+                     bool accumulate, const cv_epi *ep) {
+    if (n * c * s <= 0) return;
+    const float *b = ep ? ep->b : NULL;
+    const int act = ep ? ep->act : -1;
+    const float slope = ep ? ep->slope : 0.0f;
+    GL_CHECK(!accumulate || (!b && act < 0), "an accumulated 16-bit result takes no bias or activation");
+    const int acc = accumulate ? 1 : 0;
+    if (act == ACT_RELU) half_out_as<ACT_RELU + 1>(e, n, c, s, h, x, acc, b, slope);
+    else if (act == ACT_LEAKY_RELU) half_out_as<ACT_LEAKY_RELU + 1>(e, n, c, s, h, x, acc, b, slope);
+    else half_out_as<0>(e, n, c, s, h, x, acc, b, slope);
 }
 
 // Per-item shapes of the three 16-bit copies: x-space (staged extent xc or x's own), y-space, weight.
@@ -806,35 +885,80 @@ static void half_w_in(const cv_entry *e, const float *w, uint16_t *h) {
 }
 
 // A 16-bit x-space result in w->x16 (n samples of xc) -> dst (n samples of x): through the
-// staged copy when e stages, overwritten or accumulated.
-static void half_x_output(const cv_entry *e, const cv_work *w, float *dst, bool accumulate) {
+// staged copy when e stages, overwritten or accumulated. ep (NULL: none) is applied only where
+// the widening writes dst itself (not staged: stage_out's zeros past the reach need the bias
+// too); whether it was.
+static bool half_x_output(const cv_entry *e, const cv_work *w, float *dst, bool accumulate, const cv_epi *ep) {
     if (!e->L.staged) {
-        half_out(e, e->key.n, e->key.g.c, spatial(e->key.g.in), w->x16, dst, accumulate);
-        return;
+        half_out(e, e->key.n, e->key.g.c, spatial(e->key.g.in), w->x16, dst, accumulate, ep);
+        return true;
     }
-    half_out(e, e->key.n, e->key.g.c, spatial(e->L.xc), w->x16, w->stage, false);  // the staged input is no longer needed
+    // Widened into the staged copy (its input is no longer needed), then copied out at x's offset.
+    half_out(e, e->key.n, e->key.g.c, spatial(e->L.xc), w->x16, w->stage, false, NULL);
     x_output(e, w, dst, accumulate);
+    return false;
+}
+
+// GALLEY_CUDNN_AUTOTUNE=1 for a 16-bit entry: choose_timed on 16-bit tensors laid out as e
+// describes them. The chunk's inputs are converted into the workspace's copies as the run does
+// (x through the staged copy); the pass's result goes into the copy on its output side (y16,
+// x16 or dw16: scratch, as the run converts its inputs anew). The workspace is made large enough
+// here: the copies (within work_limit by chunk_samples) and cuDNN's part, min(work_limit, half
+// the memory free beside the copies), so the run grows nothing. A failed query means "not in 16
+// bits", as in choose_heuristic.
+static bool choose_timed_16(cv_entry *e, int pass, size_t limit, const cv_data *t) {
+    cudnnHandle_t h = cuda_ctx_get()->cudnn;
+    size_t free_b = 0, total_b = 0, copies = work_copies(e);
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t spare = free_b > copies ? (free_b - copies) / 2 : 0;
+    size_t tune = limit < spare ? limit : spare;
+    cv_work wk = work_at(e, tune);
+    if (pass != PASS_DATA) half_x_in(e, x_input(e, &wk, t->x), wk.x16);
+    if (pass != PASS_FILTER) half_w_in(e, t->w, wk.w16);
+    if (pass != PASS_FWD) half_y_in(e, t->y, wk.y16);
+    int got = 0;
+    if (pass == PASS_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        DNN_QUERY(e, cudnnFindConvolutionForwardAlgorithmEx(h, e->xd, wk.x16, e->wd, wk.w16, e->cd, e->yd, wk.y16,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf, wk.ws, tune));
+        return pick(e, pass, perf, got, tune);
+    }
+    if (pass == PASS_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        DNN_QUERY(e, cudnnFindConvolutionBackwardDataAlgorithmEx(h, e->wd, wk.w16, e->yd, wk.y16, e->cd, e->xd, wk.x16,
+                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, perf,
+                                                                 wk.ws, tune));
+        return pick(e, pass, perf, got, tune);
+    }
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    DNN_QUERY(e, cudnnFindConvolutionBackwardFilterAlgorithmEx(h, e->xd, wk.x16, e->yd, wk.y16, e->cd, e->wd, wk.dw16,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf,
+                                                               wk.ws, tune));
+    return pick(e, pass, perf, got, tune);
 }
 
 static const float one = 1.0f, zero = 0.0f;
 
 // ---- one chunk's cuDNN calls, in fp32 (or tf32) or on 16-bit copies ----------------------------
 
-// Forward of the convolution: x-space xin (fp32, staged if need be) and w -> y-space ys, overwritten.
-static void run_forward(const cv_entry *e, const cv_work *wk, const float *xin, const float *w, float *ys,
-                        bool accumulate) {
+// Forward of the convolution: x-space xin (fp32, staged if need be) and w -> y-space ys,
+// overwritten or accumulated. ep (NULL: none; overwriting only): the epilogue, applied when the
+// 16-bit result is widened into ys; whether it was (fp32: never, the caller runs bias_act).
+static bool run_forward(const cv_entry *e, const cv_work *wk, const float *xin, const float *w, float *ys,
+                        bool accumulate, const cv_epi *ep) {
     cuda_ctx *cx = cuda_ctx_get();
     cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD];
     if (!e->half) {
         CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, xin, e->wd, w, e->cd, algo, wk->ws,
                                             e->ws[PASS_FWD], accumulate ? &one : &zero, e->yd, ys));
-        return;
+        return false;
     }
     half_x_in(e, xin, wk->x16);
     half_w_in(e, w, wk->w16);
     CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, wk->x16, e->wd, wk->w16, e->cd, algo, wk->ws,
                                         e->ws[PASS_FWD], &zero, e->yd, wk->y16));
-    half_out(e, e->key.n, e->key.g.f, spatial(e->key.g.out), wk->y16, ys, accumulate);
+    half_out(e, e->key.n, e->key.g.f, spatial(e->key.g.out), wk->y16, ys, accumulate, ep);
+    return true;
 }
 
 // Weight gradient: x-space xin and y-space dys -> dw, overwritten (first chunk) or accumulated.
@@ -852,14 +976,17 @@ static void run_filter(const cv_entry *e, const cv_work *wk, const float *xin, c
     half_y_in(e, dys, wk->y16);
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cx->cudnn, &one, e->xd, wk->x16, e->yd, wk->y16, e->cd, algo, wk->ws,
                                                e->ws[PASS_FILTER], &zero, e->wd, wk->dw16));
-    half_out(e, e->key.g.f, e->key.g.c / e->key.g.groups, taps_of(e), wk->dw16, dw, accumulate);  // chunks add in fp32
+    // Chunks add in fp32.
+    half_out(e, e->key.g.f, e->key.g.c / e->key.g.groups, taps_of(e), wk->dw16, dw, accumulate, NULL);
 }
 
 // Input gradient of the convolution: w and y-space dys -> x-space dxs (n samples of x),
 // overwritten or accumulated, through the staged copy when e stages. 16-bit: y16 must already
-// hold dys (run_filter, or have_dy false to make it here); the result goes through x16.
-static void run_data(const cv_entry *e, const cv_work *wk, const float *w, const float *dys, float *dxs,
-                     bool accumulate, bool have_dy) {
+// hold dys (run_filter, or have_dy false to make it here); the result goes through x16. ep
+// (NULL: none; overwriting only): the epilogue, applied when the 16-bit result is widened
+// straight into dxs; whether it was (fp32 or staged: not, the caller runs bias_act).
+static bool run_data(const cv_entry *e, const cv_work *wk, const float *w, const float *dys, float *dxs,
+                     bool accumulate, bool have_dy, const cv_epi *ep) {
     cuda_ctx *cx = cuda_ctx_get();
     cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA];
     if (!e->half) {
@@ -870,13 +997,13 @@ static void run_data(const cv_entry *e, const cv_work *wk, const float *w, const
                                                  e->ws[PASS_DATA], direct && accumulate ? &one : &zero, e->xd,
                                                  direct ? dxs : wk->stage));
         if (!direct) x_output(e, wk, dxs, accumulate);
-        return;
+        return false;
     }
     if (!have_dy) half_y_in(e, dys, wk->y16);
     half_w_in(e, w, wk->w16);
     CUDNN_CHECK(cudnnConvolutionBackwardData(cx->cudnn, &one, e->wd, wk->w16, e->yd, wk->y16, e->cd, algo, wk->ws,
                                              e->ws[PASS_DATA], &zero, e->xd, wk->x16));
-    half_x_output(e, wk, dxs, accumulate);
+    return half_x_output(e, wk, dxs, accumulate, ep);
 }
 
 // ---- the backend's entry points (shapes in backend.h; scratch is the CPU's im2col space) -------
@@ -889,7 +1016,9 @@ static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, c
     if (n <= 0) return;
     cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n, cuda_is_half());
+    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(out);
+    const cv_epi ep = {b, act, slope};
+    int64_t pend = 0;  // samples [pend, s0) still need the epilogue pass (fp32 chunks)
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
         const float *xs = x + s0 * L.x_elems;
@@ -897,9 +1026,13 @@ static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, c
         cv_data t = {xs, w, NULL};
         entry_choose(e, PASS_FWD, &t);
         cv_work wk = work_get(e, 1u << PASS_FWD);
-        run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false);
+        if (run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false, &ep)) {
+            // 16 bits: this chunk's epilogue is done; the fp32 chunks before it get theirs.
+            bias_act_forward(s0 - pend, f, P, b, act, slope, y + pend * L.y_elems);
+            pend = s0 + m;
+        }
     }
-    bias_act_forward(n, f, spatial(out), b, act, slope, y);
+    bias_act_forward(n - pend, f, P, b, act, slope, y + pend * L.y_elems);  // all of y when all ran in fp32
 }
 
 void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
@@ -910,7 +1043,8 @@ void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const in
 }
 
 // The graph fuses a convolution with the relu or leaky_relu that alone reads it (graph_build):
-// the activation rides on the bias pass, and its buffer is the convolution's.
+// the activation rides on the bias pass (16 bits: on the widening pass), and its buffer is the
+// convolution's.
 void cuda_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
                            const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                            const int64_t p[3], const float *x, const float *w, const float *b, float *y,
@@ -946,7 +1080,7 @@ void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const i
         if (dx) entry_choose(e, PASS_DATA, &t);
         cv_work wk = work_get(e, passes);
         run_filter(e, &wk, x_input(e, &wk, xs), dys, dw, s0 > 0);
-        if (dx) run_data(e, &wk, w, dys, dx + s0 * L.x_elems, true, true);
+        if (dx) run_data(e, &wk, w, dys, dx + s0 * L.x_elems, true, true, NULL);
     }
 }
 
@@ -960,7 +1094,9 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
     if (n <= 0) return;
     cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n, cuda_is_half());
+    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(out);
+    const cv_epi ep = {b, -1, 0.0f};
+    int64_t pend = 0;  // samples [pend, s0) still need the bias pass (fp32 or staged chunks)
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
         const float *xs = x + s0 * L.y_elems;
@@ -969,9 +1105,12 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
         entry_choose(e, PASS_DATA, &t);
         cv_work wk = work_get(e, 1u << PASS_DATA);
         // Positions past the convolution's reach (output_padding) come out as 0, then get the bias.
-        run_data(e, &wk, w, xs, y + s0 * L.x_elems, false, false);
+        if (run_data(e, &wk, w, xs, y + s0 * L.x_elems, false, false, &ep)) {
+            bias_act_forward(s0 - pend, f, P, b, -1, 0.0f, y + pend * L.x_elems);
+            pend = s0 + m;
+        }
     }
-    bias_act_forward(n, f, spatial(out), b, -1, 0.0f, y);
+    bias_act_forward(n - pend, f, P, b, -1, 0.0f, y + pend * L.x_elems);
 }
 
 // dw[C, F/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none): the
@@ -1003,6 +1142,6 @@ void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t group
         const float *din = x_input(e, &wk, dys);
         run_filter(e, &wk, din, xs, dw, s0 > 0);
         // 16-bit: run_forward converts din again into x16 (run_filter's copy is the same values).
-        if (dx) run_forward(e, &wk, din, w, dx + s0 * L.y_elems, true);
+        if (dx) run_forward(e, &wk, din, w, dx + s0 * L.y_elems, true, NULL);
     }
 }
