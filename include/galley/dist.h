@@ -63,6 +63,11 @@ void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const
 void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what, int64_t step);
 void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const char *what, int64_t step);
 void dist_barrier(gl_dist *d, const char *what, int64_t step);
+// Set-up agreement: every rank passes its own exit code (0: fine; a failing rank has already
+// said why). Returns 0 when all are 0, else the largest code, on every rank, so that all stop
+// together rather than wait for a rank that has left. Rank 0, when fine itself, names the
+// lowest failing rank and `what` it was doing ("opening the data").
+int dist_agree(gl_dist *d, int code, const char *what, FILE *err);
 
 // ---- gradient allreduce in buckets, overlapped with backward ------------------------------------
 

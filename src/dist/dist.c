@@ -30,6 +30,16 @@ static int env_int(const char *name, int def) {
 
 void dist_set_timeout(gl_dist *d, double timeout) { d->timeout = timeout > 0 ? timeout : 300; }
 
+int dist_agree(gl_dist *d, int code, const char *what, FILE *err) {
+    if (d->world == 1) return code;
+    int v[2] = {code != 0 ? d->world - d->rank : 0, code};  // max: the lowest failing rank, the largest code
+    dist_max_ints(d, v, 2, what, 0);
+    if (v[0] && code == 0 && d->rank == 0)
+        fprintf(err, "galley: error: rank %d of %d failed while %s (its own error says why); every rank stops\n",
+                d->world - v[0], d->world, what);
+    return v[1];
+}
+
 #if GALLEY_HAVE_MPI
 #include <mpi.h>
 

@@ -184,6 +184,10 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 
     // The data first: its loaders check files and datasets (exit 2 naming them) and give the
     // shapes the model is built for. They own their memory, counted in the plan below.
+    // A rank whose set-up fails says why and goes on to the agreement below (dist_agree) with
+    // its code, so that every rank stops there at once instead of the others waiting in their
+    // first collective until distributed.timeout: a rank alone may lack a file, a stage
+    // directory or memory on its node.
     loader_params lpt, lpv;
     loader_default_params(&lpt);
     loader_default_params(&lpv);
@@ -194,72 +198,70 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     lpt.start = resume_step;
     size_t loader_bytes = loader_plan_bytes(r, &lpt) + loader_plan_bytes(r, &lpv);
     uint64_t host = arena_host_memory();
+    gl_loader *lt = NULL, *lv = NULL;
+    gl_graph g = {0};
+    gl_dataset train = {0}, val = {0};
+    int64_t batch = 0, steps_per_epoch = 0, total_steps = 0, epochs = 0;
+    size_t bytes = 0;
+    double t_data = 0;
+    const bool staging = !r->distributed.deterministic;
+    int setup = GL_EXIT_OK;  // this rank's set-up; the first failure skips the rest
     if (host && (double)loader_bytes > 0.9 * (double)host) {
         fprintf(err, "%s: error: the data loaders need %.2f GiB of memory but the machine has %.2f GiB; reduce the "
                      "data set, data.loader.prefetch or data.loader.cache\n",
                 r->file, loader_bytes / 1073741824.0, host / 1073741824.0);
-        code = GL_EXIT_USAGE;
-        goto early;
+        setup = GL_EXIT_USAGE;
     }
-    gl_loader *lt = NULL, *lv = NULL;
-    const double t_open = now_s();  // synthetic data is generated, HDF5 checked and staged, here
-    if (loader_open(&lt, r, &lpt, err) != 0 || loader_open(&lv, r, &lpv, err) != 0) {
+    if (setup == GL_EXIT_OK) {
+        const double t_open = now_s();  // synthetic data is generated, HDF5 checked and staged, here
+        if (loader_open(&lt, r, &lpt, err) != 0 || loader_open(&lv, r, &lpv, err) != 0) setup = GL_EXIT_USAGE;
+        t_data = now_s() - t_open;
+    }
+    if (setup == GL_EXIT_OK) {
+        train = *loader_shape(lt), val = *loader_shape(lv);
+        batch = loader_batch_capacity(lt);
+        if (graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
+                        err) != 0 ||
+            train_check_model(r, &g, &train, err) != 0)
+            setup = GL_EXIT_USAGE;
+    }
+    if (setup == GL_EXIT_OK) {
+        // Synchronised batch norm needs every rank in every batch (each joins the statistics' sum).
+        int64_t tail =
+            r->data.loader.drop_last ? 0 : train.n % (r->train.batch_size < train.n ? r->train.batch_size : train.n);
+        if (r->distributed.sync_batchnorm && d->world > 1 && tail > 0 && tail < d->world) {
+            if (d->rank == 0)
+                fprintf(err, "%s: error: distributed.sync_batchnorm: the last batch of each epoch has %lld samples, "
+                             "fewer than the %d ranks; set data.loader.drop_last: true or change train.batch_size\n",
+                        r->file, (long long)tail, d->world);
+            setup = GL_EXIT_USAGE;
+        }
+    }
+    if (setup == GL_EXIT_OK) {
+        steps_per_epoch = loader_batches_per_epoch(lt);
+        total_steps = r->train.steps > 0 ? r->train.steps : r->train.epochs * steps_per_epoch;
+        epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
+        // Plan every byte of the model first, refuse what cannot fit, then allocate once.
+        // The next batch's copy overlaps the step (input_stage.c), except for deterministic parts.
+        bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN +
+                (staging ? input_stage_bytes(&g) : 0);
+        // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
+        if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
+            fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has "
+                         "%.2f GiB; reduce train.batch_size, the data set or the model\n",
+                    r->file, (bytes + loader_bytes) / 1073741824.0, bytes / 1073741824.0,
+                    loader_bytes / 1073741824.0, host / 1073741824.0);
+            setup = GL_EXIT_USAGE;
+        }
+    }
+    // The GPU check gathers every rank's GPU: it runs on every rank that got this far.
+    if ((setup = dist_agree(d, setup, "opening the data and planning the model", err)) == GL_EXIT_OK)
+        setup = train_device_fits(r, be, d, bytes, err);
+    if (setup != GL_EXIT_OK) {
+        graph_free(&g);
         if (lt) loader_free(lt);
-        code = GL_EXIT_USAGE;
-        goto early;
-    }
-    const double t_data = now_s() - t_open;
-    const gl_dataset train = *loader_shape(lt), val = *loader_shape(lv);
-    int64_t batch = loader_batch_capacity(lt);
-    gl_graph g;
-    if (graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
-                    err) != 0 ||
-        train_check_model(r, &g, &train, err) != 0) {
-        graph_free(&g);
-        loader_free(lt);
-        loader_free(lv);
-        code = GL_EXIT_USAGE;
-        goto early;
-    }
-    // Synchronised batch norm needs every rank in every batch (each joins the statistics' sum).
-    int64_t tail = r->data.loader.drop_last ? 0 : train.n % (r->train.batch_size < train.n ? r->train.batch_size : train.n);
-    if (r->distributed.sync_batchnorm && d->world > 1 && tail > 0 && tail < d->world) {
-        if (d->rank == 0)
-            fprintf(err, "%s: error: distributed.sync_batchnorm: the last batch of each epoch has %lld samples, fewer "
-                         "than the %d ranks; set data.loader.drop_last: true or change train.batch_size\n",
-                    r->file, (long long)tail, d->world);
-        graph_free(&g);
-        loader_free(lt);
-        loader_free(lv);
-        code = GL_EXIT_USAGE;
-        goto early;
-    }
-    const int64_t steps_per_epoch = loader_batches_per_epoch(lt);
-    const int64_t total_steps = r->train.steps > 0 ? r->train.steps : r->train.epochs * steps_per_epoch;
-    const int64_t epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
-
-    // Plan every byte of the model first, refuse what cannot fit, then allocate once.
-    // The next batch's copy overlaps the step (input_stage.c), except for deterministic parts.
-    const bool staging = !r->distributed.deterministic;
-    size_t bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN +
-                   (staging ? input_stage_bytes(&g) : 0);
-    // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
-    if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
-        fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has %.2f "
-                     "GiB; reduce train.batch_size, the data set or the model\n",
-                r->file, (bytes + loader_bytes) / 1073741824.0, bytes / 1073741824.0, loader_bytes / 1073741824.0,
-                host / 1073741824.0);
-        graph_free(&g);
-        loader_free(lt);
-        loader_free(lv);
-        code = GL_EXIT_USAGE;
-        goto early;
-    }
-    if (train_device_fits(r, be, d, bytes, err) != GL_EXIT_OK) {
-        graph_free(&g);
-        loader_free(lt);
-        loader_free(lv);
-        code = GL_EXIT_USAGE;
+        if (lv) loader_free(lv);
+        code = setup;
         goto early;
     }
     gl_arena arena;
@@ -300,7 +302,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 
     // From here on everything printed is also kept in the run directory's console.log.
     gl_runlog lg;
-    code = runlog_open(&lg, r, opts->run_dir, d->rank, out, err);
+    // Only rank 0 writes the run directory: the others learn here whether it could.
+    code = dist_agree(d, runlog_open(&lg, r, opts->run_dir, d->rank, out, err), "opening the run directory", err);
     if (code != GL_EXIT_OK) {
         runlog_close(&lg);
         input_stage_free(&stage);

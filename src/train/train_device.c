@@ -108,9 +108,5 @@ int train_device_fits(const recipe_t *r, const gl_backend *be, gl_dist *d, size_
                     free_b / 1073741824.0, total / 1073741824.0);
         }
     }
-    int any = bad;
-    dist_max_ints(d, &any, 1, "the GPU memory check", 0);
-    if (any && !bad && d->rank == 0)
-        fprintf(err, "%s: error: another rank's GPU cannot hold this run (its message above)\n", r->file);
-    return any ? GL_EXIT_USAGE : GL_EXIT_OK;
+    return dist_agree(d, bad ? GL_EXIT_USAGE : GL_EXIT_OK, "checking that its GPU can hold this run", err);
 }

@@ -3,6 +3,9 @@
 #   - a rank killed (SIGKILL) mid-run: mpirun ends the job non-zero within 60 s;
 #   - a rank that hangs (SIGSTOP): the others give up after distributed.timeout, naming the
 #     collective and the step, and end the job (MPI_Abort) non-zero;
+#   - a set-up failure on one rank only (its data file missing; rank 0's run directory already
+#     used): every rank stops at the set-up agreement within seconds, exit 2, not after
+#     distributed.timeout (60 s here); rank 0 names the failing rank when it is not itself;
 #   - a non-finite loss on one rank only (an Inf target in that rank's part of the batch): every
 #     rank stops at that step, exit 1; the rank that had it names itself and the cause.
 set -euo pipefail
@@ -70,6 +73,50 @@ grep -q "made no progress for 3 s: another rank has probably died or hangs; endi
 grep -qE "rank [01] of 2: the .* at step [0-9]+ made no progress" hung.err hung.out ||
     fail "hung rank: the message does not name the rank, collective and step"
 info "hung rank: job ended with exit $rc after $secs s"
+
+info "a rank that cannot open its data: every rank stops at once, exit 2, rank 0 names it"
+"$GALLEY" data synth spirals tr.h5 n=256 >/dev/null
+"$GALLEY" data synth spirals va.h5 n=64 split=val >/dev/null
+cat >spirals.yaml <<'EOF'
+name: spirals
+data:
+  source: hdf5
+  train: {files: tr.h5}
+  val: {files: va.h5}
+  target: class
+  classes: 3
+model:
+  layers:
+    - {type: dense, units: 8}
+    - {type: relu}
+    - {type: dense, units: 3}
+train: {batch_size: 32, steps: 5, threads: 1}
+optimizer: {type: sgd, lr: 0.01}
+distributed: {timeout: 60}
+log: {files: false}
+checkpoint: {at_end: false}
+EOF
+# MPMD: rank 1 alone is given a file that does not exist (as if its node lacked it).
+t0=$(now)
+run timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none -np 1 "$GALLEY" train spirals.yaml : \
+    -np 1 "$GALLEY" train spirals.yaml data.train.files=missing.h5
+secs=$(since "$t0")
+assert_rc 2
+assert_contains "$ERR" "cannot open missing.h5"
+assert_contains "$ERR" "rank 1 of 2 failed while opening the data and planning the model"
+awk -v s="$secs" 'BEGIN { exit !(s < 30) }' || fail "missing data on one rank: the job took $secs s to end"
+info "missing data on rank 1: job ended with exit $RC after $secs s"
+
+info "rank 0 cannot open the run directory: every rank stops at once, exit 2"
+"$GALLEY" train spirals.yaml --run-dir used >/dev/null 2>&1 || fail "the single-process run failed"
+t0=$(now)
+run timeout 120 "${mpi[@]}" "$GALLEY" train spirals.yaml --run-dir used
+secs=$(since "$t0")
+assert_rc 2
+assert_contains "$ERR" "used already holds a run"
+assert_not_contains "$ERR" "made no progress"
+awk -v s="$secs" 'BEGIN { exit !(s < 30) }' || fail "used run directory: the job took $secs s to end"
+info "used run directory: job ended with exit $RC after $secs s"
 
 info "a non-finite loss on one rank stops every rank at that step, exit 1"
 need_pyenv  # PY: a Python with h5py
