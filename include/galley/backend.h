@@ -190,6 +190,14 @@ typedef struct gl_backend {
                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                    const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                    float *scratch, int64_t scratch_floats);
+    // Optional (NULL: no fusion): conv_transpose_forward with y = act(convt(x) + b) as it is
+    // stored, as conv_forward_act (relu or leaky_relu with slope >= 0; the bits of act_forward after
+    // conv_transpose_forward).
+    void (*conv_transpose_forward_act)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                       const int64_t out[3], const int64_t k[3], const int64_t s[3],
+                                       const int64_t d[3], const int64_t p[3], const float *x, const float *w,
+                                       const float *b, float *y, float *scratch, int64_t scratch_floats, gl_act act,
+                                       float slope);
     // dw [C, F/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
     void (*conv_transpose_backward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],

@@ -7,7 +7,8 @@
 #   1. the machine: nvidia-smi, `galley info`;
 #   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
-#   3. tests: unit/test_cuda_ops (every kernel against the CPU backend), e2e/test_cuda_train
+#   3. tests: unit/test_cuda_ops (every kernel against the CPU backend; then again with
+#      GALLEY_CUDNN_AUTOTUNE=1 and a 0.05 MB workspace cap: timed algorithms, chunked convolutions), e2e/test_cuda_train
 #      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
 #      tf32 trainings whose loss must go down) and e2e/test_dist_nccl (the gradient allreduce
 #      through NCCL on one GPU, GALLEY_NCCL=force; mpirun -np 2: NCCL, or with one GPU the MPI
@@ -16,7 +17,7 @@
 #      PyTorch is installed).
 # Each part has its own time limit and none runs past 470 s after the start, so the whole run
 # stays under 8 minutes: the build at most 240 s (configure and compile together), test_cuda_ops
-# 120 s, test_cuda_train 300 s, test_dist_nccl 60 s (each cut to the time left; test_cuda_ops
+# 120 s, its tuned run 60 s, test_cuda_train 300 s, test_dist_nccl 60 s (each cut to the time left; test_cuda_ops
 # keeps 120 s of it for test_cuda_train, which keeps 30 s for test_dist_nccl), the benchmark what is left after the tests (BENCH_SECONDS; its own default
 # BENCH_BUDGET of 240 s at most; skipped with 60 s or less). Everything is logged to
 # OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
@@ -70,6 +71,13 @@ if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
     (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_ops)
     rc=$?
     say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+    # Again with timed algorithms (cudnnFind, every precision) and a 0.05 MB workspace cap, so
+    # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
+    lim=$(limit 60 120)
+    (cd "$BUILD/tests/unit" && GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05 timeout "$lim" ./test_cuda_ops)
+    rc=$?
+    say "test_cuda_ops (autotune, small workspace): exit $rc$(timed_out "$rc" "$lim")"
     [[ $rc == 0 ]] || status=1
 else
     say "test_cuda_ops not built"; status=1

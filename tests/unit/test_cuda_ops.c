@@ -546,16 +546,23 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
     }
     b->gpu->sync();
     expect_gemm(b, ctx, "y", y.g, y.c, ny, (c / grp) * g.taps + 1);
-    if (!transpose) {
+    {
         // The fused activation (graph_fuse_acts): against the CPU's, and bit for bit against the
-        // GPU's own convolution followed by act_forward (what an unfused graph computes).
+        // GPU's own (transposed) convolution followed by act_forward (what an unfused graph computes).
         const gl_act a = full ? ACT_RELU : ACT_LEAKY_RELU;
         const float slope = full ? 0.0f : 0.1f;
         twin ya = twin_const(b, ny, NAN);
-        b->cpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, full ? bias.c : NULL, ya.c,
-                                 sc, sf, a, slope);
-        b->gpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, full ? bias.g : NULL, ya.g,
-                                 sg, sf, a, slope);
+        if (transpose) {
+            b->cpu->conv_transpose_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c,
+                                               full ? bias.c : NULL, ya.c, sc, sf, a, slope);
+            b->gpu->conv_transpose_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g,
+                                               full ? bias.g : NULL, ya.g, sg, sf, a, slope);
+        } else {
+            b->cpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, full ? bias.c : NULL,
+                                     ya.c, sc, sf, a, slope);
+            b->gpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, full ? bias.g : NULL,
+                                     ya.g, sg, sf, a, slope);
+        }
         b->gpu->act_forward(a, slope, ny, y.g, y.g);
         b->gpu->sync();
         expect_bitwise(ctx, "fused activation = conv then act_forward", ya.g, y.g, ny);

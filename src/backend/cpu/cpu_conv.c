@@ -412,9 +412,10 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 }
 
 // The transposed convolution's forward, i.e. the input gradient of convolution g: x is
-// (N,F,OD,OH,OW), w is (F,C/G,KD,KH,KW), b is (C) or NULL, y is (N,C,D,H,W) (overwritten)
+// (N,F,OD,OH,OW), w is (F,C/G,KD,KH,KW), b is (C) or NULL, y is (N,C,D,H,W) (overwritten); act
+// (when on) is applied to each chunk's outputs after their bias, while they are in cache.
 static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
-                      float *scratch, int64_t scratch_floats) {
+                      float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
     int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
     float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
@@ -434,6 +435,7 @@ static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *
             col2im_add(g, m, col, ys);
         }
         if (b) add_bias(m, g->c, g->in_pos, b, ys);
+        if (act.on) cpu_act_forward(act.act, act.slope, m * g->c * g->in_pos, ys, ys);  // in place, element-wise
     }
 }
 
@@ -500,7 +502,17 @@ void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups,
                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats) {
     cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
-    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats);
+    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
+}
+
+void cpu_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                    const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                    float *scratch, int64_t scratch_floats, gl_act act, float slope) {
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
+    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
 void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],

@@ -37,6 +37,10 @@ void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups,
                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats);
+void cpu_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                    const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                    float *scratch, int64_t scratch_floats, gl_act act, float slope);
 void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
                                  const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                  const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,

@@ -87,6 +87,8 @@ static void *grow_device(void **buf, size_t *have, size_t bytes, bool recorded) 
 
 void *cuda_workspace(size_t bytes) { return grow_device(&ctx.work, &ctx.work_bytes, bytes ? bytes : 256, true); }
 
+size_t cuda_workspace_bytes(void) { return ctx.work ? ctx.work_bytes : 0; }
+
 void *cuda_stage(const void *host, size_t bytes) {
     void *d = grow_device(&ctx.stage, &ctx.stage_bytes, bytes ? bytes : 256, false);  // no pass reads it
     if (bytes) CU_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, ctx.stream));
@@ -267,6 +269,7 @@ static const gl_backend cuda_table = {
     .conv_forward_act = cuda_conv_forward_act,
     .conv_backward = cuda_conv_backward,
     .conv_transpose_forward = cuda_conv_transpose_forward,
+    .conv_transpose_forward_act = cuda_conv_transpose_forward_act,
     .conv_transpose_backward = cuda_conv_transpose_backward,
     .max_pool_forward = cuda_max_pool_forward,
     .max_pool_backward = cuda_max_pool_backward,

@@ -403,17 +403,27 @@ typedef struct {
 // call may lack one (a transposed convolution whose geometry is also a convolution's), and is
 // then chosen by heuristics.
 static bool data_has(const cv_data *t, int pass) {
-    return t->w && (pass == PASS_DATA || t->x) && (pass == PASS_FWD || t->y);
+    return (pass == PASS_FILTER || t->w) && (pass == PASS_DATA || t->x) && (pass == PASS_FWD || t->y);
+}
+
+// cuDNN's part of the workspace while timing, beside `copies` bytes of copies ahead of it: at
+// most limit, and little enough that the grown workspace (which cuda_workspace rounds up by a
+// quarter, after releasing the old one) stays within 3/4 of the memory then free; half of what
+// is left, so the timing run's output buffer and the rest of the step still fit.
+static size_t tune_bytes(size_t limit, size_t copies) {
+    size_t free_b = 0, total_b = 0;
+    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t budget = (free_b + cuda_workspace_bytes()) / 5 * 3;  // 3/4, less the 1/4 rounding
+    size_t spare = budget > copies ? (budget - copies) / 2 : 0;
+    return limit < spare ? limit : spare;
 }
 
 // GALLEY_CUDNN_AUTOTUNE=1: every algorithm is run once on this chunk's tensors (cudnnFind*Ex,
-// host-blocking) in at most min(work_limit, half the free memory) of workspace.
+// host-blocking) within tune_bytes of workspace.
 static bool choose_timed(cv_entry *e, int pass, size_t limit, const cv_data *t) {
     cuda_ctx *cx = cuda_ctx_get();
     cudnnHandle_t h = cx->cudnn;
-    size_t free_b = 0, total_b = 0;
-    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    size_t tune = limit < free_b / 2 ? limit : free_b / 2, stage = stage_bytes(&e->L, e->key.n);
+    size_t stage = stage_bytes(&e->L, e->key.n), tune = tune_bytes(limit, stage);
     char *base = (char *)cuda_workspace(stage + tune);
     void *ws = base + stage;
     const float *xin = t->x;
@@ -903,15 +913,12 @@ static bool half_x_output(const cv_entry *e, const cv_work *w, float *dst, bool 
 // describes them. The chunk's inputs are converted into the workspace's copies as the run does
 // (x through the staged copy); the pass's result goes into the copy on its output side (y16,
 // x16 or dw16: scratch, as the run converts its inputs anew). The workspace is made large enough
-// here: the copies (within work_limit by chunk_samples) and cuDNN's part, min(work_limit, half
-// the memory free beside the copies), so the run grows nothing. A failed query means "not in 16
+// here: the copies (within work_limit by chunk_samples) and cuDNN's part (tune_bytes), so the
+// run grows nothing. A failed query means "not in 16
 // bits", as in choose_heuristic.
 static bool choose_timed_16(cv_entry *e, int pass, size_t limit, const cv_data *t) {
     cudnnHandle_t h = cuda_ctx_get()->cudnn;
-    size_t free_b = 0, total_b = 0, copies = work_copies(e);
-    CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    size_t spare = free_b > copies ? (free_b - copies) / 2 : 0;
-    size_t tune = limit < spare ? limit : spare;
+    size_t tune = tune_bytes(limit, work_copies(e));
     cv_work wk = work_at(e, tune);
     if (pass != PASS_DATA) half_x_in(e, x_input(e, &wk, t->x), wk.x16);
     if (pass != PASS_FILTER) half_w_in(e, t->w, wk.w16);
@@ -1086,17 +1093,17 @@ void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const i
 
 // x[N, C, in] -> y[N, F, out] (overwritten) + b[F]: BackwardData of the convolution F -> C
 // from out to in, whose x-space is y and whose y-space is x.
-void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
-                                 float *scratch, int64_t scratch_floats) {
-    (void)scratch, (void)scratch_floats;
+// act < 0: none; otherwise y = act(convt(x) + b) (cuda_conv_transpose_forward_act).
+static void convt_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                               const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                               const int64_t p[3], const float *x, const float *w, const float *b, float *y, int act,
+                               float slope) {
     if (n <= 0) return;
     cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
     cv_layout L = layout_of(&g);
     int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(out);
-    const cv_epi ep = {b, -1, 0.0f};
-    int64_t pend = 0;  // samples [pend, s0) still need the bias pass (fp32 or staged chunks)
+    const cv_epi ep = {b, act, slope};
+    int64_t pend = 0;  // samples [pend, s0) still need the epilogue pass (fp32 or staged chunks)
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
         int64_t m = n - s0 < nb ? n - s0 : nb;
         const float *xs = x + s0 * L.y_elems;
@@ -1106,11 +1113,31 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
         cv_work wk = work_get(e, 1u << PASS_DATA);
         // Positions past the convolution's reach (output_padding) come out as 0, then get the bias.
         if (run_data(e, &wk, w, xs, y + s0 * L.x_elems, false, false, &ep)) {
-            bias_act_forward(s0 - pend, f, P, b, -1, 0.0f, y + pend * L.x_elems);
+            bias_act_forward(s0 - pend, f, P, b, act, slope, y + pend * L.x_elems);
             pend = s0 + m;
         }
     }
-    bias_act_forward(n - pend, f, P, b, -1, 0.0f, y + pend * L.x_elems);
+    bias_act_forward(n - pend, f, P, b, act, slope, y + pend * L.x_elems);
+}
+
+void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                 float *scratch, int64_t scratch_floats) {
+    (void)scratch, (void)scratch_floats;
+    convt_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, -1, 0.0f);
+}
+
+// As cuda_conv_forward_act: the activation rides on the pass that adds the bias (the 16-bit
+// widening, or bias_act), and the graph gives the activation this layer's buffer.
+void cuda_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                     const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                     float *scratch, int64_t scratch_floats, gl_act act, float slope) {
+    (void)scratch, (void)scratch_floats;
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    convt_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
 }
 
 // dw[C, F/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none): the

@@ -53,6 +53,8 @@ cuda_ctx *cuda_ctx_get(void);
 
 // At least `bytes` of device workspace, valid until the next call (grows, never shrinks).
 void *cuda_workspace(size_t bytes);
+// Bytes the workspace holds now (released first when it grows).
+size_t cuda_workspace_bytes(void);
 // Copies `bytes` of host memory into the staging buffer (on the stream) and returns its device
 // address, valid until the next cuda_stage call.
 void *cuda_stage(const void *host, size_t bytes);
@@ -146,6 +148,10 @@ void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups
                                  const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                  const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                  float *scratch, int64_t scratch_floats);
+void cuda_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
+                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
+                                     const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+                                     float *scratch, int64_t scratch_floats, gl_act act, float slope);
 void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
                                   const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                   const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,

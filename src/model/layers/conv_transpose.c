@@ -161,8 +161,17 @@ static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     (void)train;
     convt_geom g = geometry_of(l);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
-    be->conv_transpose_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
-                               l->out.data, l->scratch, l->scratch_floats);
+    if (l->store_act_on)  // y = act(convt(x) + b): the activation after this layer, fused (graph_build)
+        be->conv_transpose_forward_act(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w,
+                                       b, l->out.data, l->scratch, l->scratch_floats, l->store_act, l->store_slope);
+    else
+        be->conv_transpose_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
+                                   l->out.data, l->scratch, l->scratch_floats);
+}
+
+static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    (void)l;
+    return be->conv_transpose_forward_act && (act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f));
 }
 
 static void convt_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -183,4 +192,5 @@ const layer_kind layer_conv_transpose = {
     .init = convt_init,
     .forward = convt_forward,
     .backward = convt_backward,
+    .takes_act = convt_takes_act,
 };
