@@ -240,6 +240,11 @@ typedef struct gl_backend {
     void (*batch_norm_forward)(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
                                const float *beta, float eps, int train, float momentum, float *running,
                                float *saved, float *y, const gl_reducer *red);
+    // Optional (NULL: no fusion): batch_norm_forward with y = act(normalised x) as it is stored,
+    // act relu or leaky_relu with slope >= 0: the bits of act_forward after batch_norm_forward.
+    void (*batch_norm_forward_act)(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
+                                   const float *beta, float eps, int train, float momentum, float *running,
+                                   float *saved, float *y, const gl_reducer *red, gl_act act, float slope);
     // dgamma, dbeta [C] overwritten (only with gamma; this rank's rows: the gradient allreduce
     // sums them), dx accumulated (may be NULL). Batch statistics are differentiated through (over
     // every rank's rows with red); running ones are constants.

@@ -748,6 +748,8 @@ static void bn_step(const bn_state *st, const char *name, const twin *x, int tra
     twin_set(b, st->y, NAN);
     twin_set(b, st->saved, NAN);
     const float momentum = 0.1f, eps = 1e-5f;
+    twin ra = twin_new(b, 2 * c + 1);  // the GPU's running statistics before this step, for the fused run
+    memcpy(ra.g, st->running->g, sizeof(float) * (size_t)(2 * c + 1));
     b->cpu->batch_norm_forward(n, c, s, x->c, affine ? st->gamma_->c : NULL, affine ? st->beta_->c : NULL, eps, train,
                                momentum, st->running->c, st->saved->c, st->y->c, NULL);
     b->gpu->batch_norm_forward(n, c, s, x->g, affine ? st->gamma_->g : NULL, affine ? st->beta_->g : NULL, eps, train,
@@ -760,6 +762,23 @@ static void bn_step(const bn_state *st, const char *name, const twin *x, int tra
     expect_sum(ctx, "running mean", st->running->g, st->running->c, c, m);
     expect_sum(ctx, "running var", st->running->g + c, st->running->c + c, c, m);
     expect_bitwise(ctx, "running flag", st->running->g + 2 * c, st->running->c + 2 * c, 1);
+    {
+        // The fused activation (graph_fuse_acts), from the same running statistics: bit for bit
+        // the unfused forward then act_forward, statistics included.
+        const gl_act a = train ? ACT_RELU : ACT_LEAKY_RELU;
+        const float slope = train ? 0.0f : 0.1f;
+        twin ya = twin_const(b, n * c * s, NAN), yu = twin_new(b, n * c * s), sa = twin_const(b, 2 * c + 1, NAN);
+        memcpy(yu.g, st->y->g, sizeof(float) * (size_t)(n * c * s));
+        b->gpu->batch_norm_forward_act(n, c, s, x->g, affine ? st->gamma_->g : NULL, affine ? st->beta_->g : NULL, eps,
+                                       train, momentum, ra.g, sa.g, ya.g, NULL, a, slope);
+        b->gpu->act_forward(a, slope, n * c * s, yu.g, yu.g);
+        b->gpu->sync();
+        expect_bitwise(ctx, "fused activation = batch_norm then act_forward", ya.g, yu.g, n * c * s);
+        expect_bitwise(ctx, "saved, fused", sa.g, st->saved->g, 2 * c + 1);
+        expect_bitwise(ctx, "running statistics, fused", ra.g, st->running->g, 2 * c + 1);
+        twin_free(b, &ya), twin_free(b, &yu), twin_free(b, &sa);
+    }
+    twin_free(b, &ra);
     // Carry on from identical statistics: the next step then tests only its own update.
     memcpy(st->running->g, st->running->c, sizeof(float) * (size_t)(2 * c + 1));
 

@@ -103,6 +103,7 @@ static const gl_backend cpu = {
     .global_avg_pool_forward = cpu_global_avg_pool_forward,
     .global_avg_pool_backward = cpu_global_avg_pool_backward,
     .batch_norm_forward = cpu_batch_norm_forward,
+    .batch_norm_forward_act = cpu_batch_norm_forward_act,
     .batch_norm_backward = cpu_batch_norm_backward,
     .layer_norm_forward = cpu_layer_norm_forward,
     .layer_norm_backward = cpu_layer_norm_backward,

@@ -4,15 +4,17 @@
 #include <math.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/check.h"
 
 // x, y are (N,C,S); gamma, beta are (C) or NULL; running is (2C+1): mean, var, ready flag;
 // saved is (2C+1): mean, 1/sqrt(var+eps), train flag.
 // Training statistics are per-channel sums; with red (sync_batchnorm) the sums and the count are
 // added over ranks between the passes, so every rank normalises with the global batch's mean and
 // variance. Two passes (sum, then squared deviations from the mean) keep the variance accurate.
-void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
-                            float eps, int train, float momentum, float *running, float *saved, float *y,
-                            const gl_reducer *red) {
+// act (when on) is applied as y is stored, with cpu_act_forward's expressions.
+static void bn_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                       float eps, int train, float momentum, float *running, float *saved, float *y,
+                       const gl_reducer *red, cpu_store_act act) {
     float *rmean = running, *rvar = running + c, *ready = running + 2 * c;
     if (*ready == 0.0f) {  // the arena starts zeroed; PyTorch starts at mean 0, var 1
         for (int64_t ch = 0; ch < c; ch++) rmean[ch] = 0.0f, rvar[ch] = 1.0f;
@@ -63,10 +65,37 @@ void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, con
         for (int64_t i = 0; i < n; i++) {
             const float *xp = x + (i * c + ch) * s;
             float *yp = y + (i * c + ch) * s;
-            for (int64_t j = 0; j < s; j++) yp[j] = (xp[j] - mu) * sc + sh;
+            if (!act.on) {
+                for (int64_t j = 0; j < s; j++) yp[j] = (xp[j] - mu) * sc + sh;
+            } else if (act.act == ACT_RELU) {
+                for (int64_t j = 0; j < s; j++) {
+                    float v = (xp[j] - mu) * sc + sh;
+                    yp[j] = v > 0.0f ? v : 0.0f;
+                }
+            } else {
+                for (int64_t j = 0; j < s; j++) {
+                    float v = (xp[j] - mu) * sc + sh;
+                    yp[j] = v > 0.0f ? v : act.slope * v;
+                }
+            }
         }
     }
     saved[2 * c] = train ? 1.0f : 0.0f;
+}
+
+void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                            float eps, int train, float momentum, float *running, float *saved, float *y,
+                            const gl_reducer *red) {
+    bn_forward(n, c, s, x, gamma, beta, eps, train, momentum, running, saved, y, red, (cpu_store_act){0});
+}
+
+void cpu_batch_norm_forward_act(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
+                                const float *beta, float eps, int train, float momentum, float *running, float *saved,
+                                float *y, const gl_reducer *red, gl_act act, float slope) {
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "batch_norm_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    bn_forward(n, c, s, x, gamma, beta, eps, train, momentum, running, saved, y, red,
+               (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
 // x, dy, dx are (N,C,S); gamma, dgamma, dbeta are (C) or NULL; saved as written by forward.

@@ -278,6 +278,7 @@ static const gl_backend cuda_table = {
     .global_avg_pool_forward = cuda_global_avg_pool_forward,
     .global_avg_pool_backward = cuda_global_avg_pool_backward,
     .batch_norm_forward = cuda_batch_norm_forward,
+    .batch_norm_forward_act = cuda_batch_norm_forward_act,
     .batch_norm_backward = cuda_batch_norm_backward,
     .layer_norm_forward = cuda_layer_norm_forward,
     .layer_norm_backward = cuda_layer_norm_backward,

@@ -72,6 +72,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_act.h"
 #include "backend/cuda/cuda_internal.h"
 #include "galley/check.h"
 
@@ -628,15 +629,6 @@ __global__ static void stage_out(int64_t total, stage_map m, const float *xc, fl
         else
             x[i] = v;
     }
-}
-
-// The activation of the forward epilogue on one value; A: 0 none, else ACT_RELU + 1 or
-// ACT_LEAKY_RELU + 1 (slope >= 0). cuda_act_forward's expressions, so fusing changes no bit.
-template <int A>
-__device__ static inline float act_one(float v, float slope) {
-    if (A == ACT_RELU + 1) v = v > 0.0f ? v : 0.0f;
-    if (A == ACT_LEAKY_RELU + 1) v = v > 0.0f ? v : slope * v;
-    return v;
 }
 
 // The epilogue of the forward passes, one pass over y[N, CH, P]: y = act(y + b[CH]), b NULL for

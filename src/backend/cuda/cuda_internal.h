@@ -171,6 +171,9 @@ void cuda_global_avg_pool_backward(int64_t n, int64_t c, int64_t s, const float 
 void cuda_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
                              float eps, int train, float momentum, float *running, float *saved, float *y,
                              const gl_reducer *red);
+void cuda_batch_norm_forward_act(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
+                                 const float *beta, float eps, int train, float momentum, float *running,
+                                 float *saved, float *y, const gl_reducer *red, gl_act act, float slope);
 void cuda_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, const float *dy, const float *gamma,
                               const float *saved, float *dgamma, float *dbeta, float *dx, const gl_reducer *red);
 void cuda_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,

@@ -7,8 +7,10 @@
 // split depends only on the shape. With a reducer (sync_batchnorm) the per-channel sums go to
 // the host between the passes and red->sum is called exactly as the CPU kernel calls it (same
 // buffers, counts and order), since every rank calls it in lockstep.
+#include "backend/cuda/cuda_act.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_reduce.h"
+#include "galley/check.h"
 
 #define GRID_STRIDE(i, n)                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
@@ -124,12 +126,14 @@ __global__ static void bn_finalize_k(int64_t c, int train, const double *S, cons
     }
 }
 
-// x[N, C, S], coef[3, C] -> y[N, C, S] = (x - mean) * scale + shift (x and y may alias); unfused
-// as on the CPU, so with running statistics y is bitwise the CPU's
-__global__ static void bn_apply_k(int64_t total, int64_t c, int64_t s, const float *coef, const float *x, float *y) {
+// x[N, C, S], coef[3, C] -> y[N, C, S] = act((x - mean) * scale + shift) (x and y may alias; A
+// as act_one's, 0: none); unfused as on the CPU, so with running statistics y is bitwise the CPU's
+template <int A>
+__global__ static void bn_apply_k(int64_t total, int64_t c, int64_t s, const float *coef, const float *x, float *y,
+                                  float slope) {
     GRID_STRIDE(e, total) {
         int64_t ch = (e / s) % c;
-        y[e] = __fadd_rn(__fmul_rn(x[e] - coef[ch], coef[c + ch]), coef[2 * c + ch]);
+        y[e] = act_one<A>(__fadd_rn(__fmul_rn(x[e] - coef[ch], coef[c + ch]), coef[2 * c + ch]), slope);
     }
 }
 
@@ -142,9 +146,10 @@ static void bn_allreduce(const gl_reducer *red, double *dev, double *host, int64
     CU_CHECK(cudaMemcpyAsync(dev, host, sizeof(double) * (size_t)count, cudaMemcpyHostToDevice, st));
 }
 
-void cuda_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
-                             float eps, int train, float momentum, float *running, float *saved, float *y,
-                             const gl_reducer *red) {
+// act < 0: none; otherwise y = act(bn(x)) as it is stored (cuda_batch_norm_forward_act).
+static void bn_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                       float eps, int train, float momentum, float *running, float *saved, float *y,
+                       const gl_reducer *red, int act, float slope) {
     if (c <= 0) return;
     cudaStream_t st = cuda_ctx_get()->stream;
     const bn_split sp = bn_split_of(n, s);
@@ -170,9 +175,32 @@ void cuda_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, co
     bn_finalize_k<<<1, GL_BLOCK, 0, st>>>(c, train, S, Q, gamma, beta, eps, momentum, running, saved, coef);
     CU_LAUNCHED();
     if (sp.m > 0) {
-        bn_apply_k<<<cuda_grid(n * c * s, GL_BLOCK), GL_BLOCK, 0, st>>>(n * c * s, c, s, coef, x, y);
+        const int64_t total = n * c * s;
+        const unsigned g = cuda_grid(total, GL_BLOCK);
+        if (act == ACT_RELU)
+            bn_apply_k<ACT_RELU + 1><<<g, GL_BLOCK, 0, st>>>(total, c, s, coef, x, y, slope);
+        else if (act == ACT_LEAKY_RELU)
+            bn_apply_k<ACT_LEAKY_RELU + 1><<<g, GL_BLOCK, 0, st>>>(total, c, s, coef, x, y, slope);
+        else
+            bn_apply_k<0><<<g, GL_BLOCK, 0, st>>>(total, c, s, coef, x, y, slope);
         CU_LAUNCHED();
     }
+}
+
+void cuda_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma, const float *beta,
+                             float eps, int train, float momentum, float *running, float *saved, float *y,
+                             const gl_reducer *red) {
+    bn_forward(n, c, s, x, gamma, beta, eps, train, momentum, running, saved, y, red, -1, 0.0f);
+}
+
+// The graph fuses batch norm with the relu or leaky_relu that alone reads it (graph_fuse_acts):
+// the activation rides on the normalising pass, and its buffer is batch norm's.
+void cuda_batch_norm_forward_act(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
+                                 const float *beta, float eps, int train, float momentum, float *running,
+                                 float *saved, float *y, const gl_reducer *red, gl_act act, float slope) {
+    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+             "batch_norm_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    bn_forward(n, c, s, x, gamma, beta, eps, train, momentum, running, saved, y, red, (int)act, slope);
 }
 
 // S[2C+1] (sum dy, sum dy*xhat, this rank's) -> dgamma[C] = sum dy*xhat, dbeta[C] = sum dy

@@ -72,9 +72,19 @@ static int bn_infer(layer_t *l, char *err, size_t errlen) {
 
 static void bn_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     int64_t c = l->in[0]->shape.d[0];
-    be->batch_norm_forward(n, c, l->in[0]->size / c, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
-                           (float)l->cfg->v[K_EPS].f, train, (float)l->cfg->v[K_MOMENTUM].f, l->state, l->scratch,
-                           l->out.data, train ? l->reduce : NULL);
+    if (l->store_act_on)  // y = act(bn(x)): the activation after this layer, fused (graph_build)
+        be->batch_norm_forward_act(n, c, l->in[0]->size / c, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
+                                   (float)l->cfg->v[K_EPS].f, train, (float)l->cfg->v[K_MOMENTUM].f, l->state,
+                                   l->scratch, l->out.data, train ? l->reduce : NULL, l->store_act, l->store_slope);
+    else
+        be->batch_norm_forward(n, c, l->in[0]->size / c, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
+                               (float)l->cfg->v[K_EPS].f, train, (float)l->cfg->v[K_MOMENTUM].f, l->state,
+                               l->scratch, l->out.data, train ? l->reduce : NULL);
+}
+
+static bool bn_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    (void)l;
+    return be->batch_norm_forward_act && (act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f));
 }
 
 static void bn_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -94,6 +104,7 @@ const layer_kind layer_batch_norm = {
     .init = affine_init,
     .forward = bn_forward,
     .backward = bn_backward,
+    .takes_act = bn_takes_act,
 };
 
 // ---- layer_norm ---------------------------------------------------------------------------------
