@@ -157,6 +157,7 @@ static void bn_forward(int64_t n, int64_t c, int64_t s, const float *x, const fl
     // partials: part[C * parts] | S[C + 1] sums and count | Q[C] squared deviations
     double *host;
     double *part = cuda_partials(c * sp.parts + 2 * c + 1, &host);
+    if (!part) return;  // a recording that needed them grown: it is broken, and the pass runs again eagerly
     double *S = part + c * sp.parts, *Q = S + c + 1;
     double *hS = host + c * sp.parts, *hQ = hS + c + 1;
     if (train) {
@@ -246,6 +247,7 @@ void cuda_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, c
     // partials: part[2 * C * parts] | S[2C + 1]: sum dy, sum dy*xhat, count
     double *host;
     double *part = cuda_partials(2 * c * sp.parts + 2 * c + 1, &host);
+    if (!part) return;  // as in bn_forward
     double *S = part + 2 * c * sp.parts, *hS = host + 2 * c * sp.parts;
     bn_grad_parts_k<<<(unsigned)(c * sp.parts), GL_BLOCK, 0, st>>>(n, c, s, sp, x, dy, saved, part);
     CU_LAUNCHED();
