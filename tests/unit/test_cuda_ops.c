@@ -612,6 +612,8 @@ static void test_conv(void **state) {
         {"2D 1x1 stride 2", 2, 2, 4, 6, 1, {1, 7, 8}, 1, 2, 1, 0, 0},
         {"2D first layer: 3 channels, 3x3 pad 1", 2, 4, 3, 16, 1, {1, 16, 16}, 3, 1, 1, 1, 0},
         {"2D stem: 3 channels, 7x7 stride 2 pad 3", 2, 2, 3, 8, 1, {1, 20, 18}, 7, 2, 1, 3, 0},
+        // Split into chunks of samples under test_cuda_ops_tuned's 0.05 MB workspace cap.
+        {"2D 3x3 pad 1, 5 samples", 2, 5, 8, 16, 1, {1, 16, 16}, 3, 1, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_conv(b, &cases[i], 0, 1);
@@ -629,6 +631,10 @@ static void test_conv_transpose(void **state) {
         {"2D 4x4 stride 2 pad 1 groups 2", 2, 2, 4, 6, 2, {1, 5, 6}, 4, 2, 1, 1, 0},
         {"2D 3x3 stride 1 pad 2 dilation 2 output_padding 1", 2, 2, 3, 2, 1, {1, 5, 7}, 3, 1, 2, 2, 1},
         {"2D 1x1", 2, 2, 5, 3, 1, {1, 4, 6}, 1, 1, 1, 0, 0},
+        // Split into chunks of samples under test_cuda_ops_tuned's 0.05 MB workspace cap (2, 2, 1;
+        // the staged one, output_padding 1, one sample a chunk).
+        {"2D 2x2 stride 2, 5 samples", 2, 5, 16, 8, 1, {1, 16, 16}, 2, 2, 1, 0, 0},
+        {"2D 3x3 stride 2 pad 1 output_padding 1, 5 samples", 2, 5, 4, 8, 1, {1, 16, 16}, 3, 2, 1, 1, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_conv(b, &cases[i], 1, 1);

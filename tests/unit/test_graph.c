@@ -340,7 +340,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
                          "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
                          "    - {type: batch_norm, name: bn}\n"
-                         "    - {type: relu, name: rb}\n"
+                         "    - {type: leaky_relu, slope: 0.05, name: rb}\n"
                          "    - {type: conv_transpose, filters: 3, kernel: 2, stride: 2, name: ct}\n"
                          "    - {type: leaky_relu, slope: 0.1, name: rt}\n"
                          "    - {type: conv, filters: 6, kernel: 3, stride: 2, name: c3}\n"
@@ -398,6 +398,13 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     for (int64_t j = 0; j < f->nparams; j++)
         if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
             fail_msg("grads[%lld]: fused %a, unfused %a", (long long)j, f->grads[j], u->grads[j]);
+    // The running statistics the training pass left, then an evaluation pass that normalises with them.
+    const layer_t *bf = &f->layers[tl_layer(f, "bn")], *bu = &u->layers[tl_layer(u, "bn")];
+    assert_memory_equal(bf->state, bu->state, sizeof(float) * (size_t)bf->state_floats);
+    graph_forward(f, N, false);
+    graph_forward(u, N, false);
+    const gl_tensor *of = graph_output(f), *ou = graph_output(u);
+    assert_memory_equal(of->data, ou->data, sizeof(float) * (size_t)(N * of->size));
     const char *const producers[] = {"c2", "bn", "ct", "d1"};  // the activations had both signs to work on
     for (int k = 0; k < 4; k++) {
         const layer_t *p = &u->layers[tl_layer(u, producers[k])];
