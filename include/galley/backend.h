@@ -97,6 +97,10 @@ typedef struct gl_backend {
     // stay unchanged until then. The CPU copies at once (its wait has nothing to wait for).
     void (*upload_async)(void *dst, const void *src, size_t bytes);
     void (*upload_wait)(void);
+    // Optional (device backends; NULL on the CPU, whose losses read host memory): host[0, bytes),
+    // a batch's labels or targets, already has a copy at dev (an upload_async the step waits
+    // for), so the loss and metrics read dev instead of copying host again. host NULL: none.
+    void (*upload_declare)(const void *host, size_t bytes, const void *dev);
 
     // ---- optimizer (src/optim uses these when device is set; NULL on the CPU, which runs its
     // own loops). chunks: host memory, the same table on every call of a run (it may be cached).

@@ -98,6 +98,8 @@ int loader_try_next(gl_loader *L, gl_batch *b, FILE *err);
 // backend pins them, so copies from them run asynchronously). *bytes: one slot's array.
 int loader_slots(const gl_loader *L);
 float *loader_slot_x(const gl_loader *L, int i, size_t *bytes);
+// Slot i's targets, where every b.labels or b.values points into (*bytes: the whole array).
+void *loader_slot_targets(const gl_loader *L, int i, size_t *bytes);
 // Gives the batch's slot back to the readers; b's pointers are invalid afterwards.
 void loader_release(gl_loader *L, gl_batch *b);
 // Total seconds loader_next has waited, and batches served.

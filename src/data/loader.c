@@ -610,6 +610,11 @@ float *loader_slot_x(const gl_loader *L, int i, size_t *bytes) {
     return L->slots[i].x;
 }
 
+void *loader_slot_targets(const gl_loader *L, int i, size_t *bytes) {
+    *bytes = 4 * (size_t)(L->cap * L->shape.tsize);  // int32 labels or float values
+    return L->slots[i].values ? (void *)L->slots[i].values : (void *)L->slots[i].labels;
+}
+
 void loader_release(gl_loader *L, gl_batch *b) {
     pthread_mutex_lock(&L->mu);
     L->slots[b->slot].state = SLOT_FREE;

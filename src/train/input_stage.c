@@ -8,16 +8,76 @@
 // On a GPU the loader's slots are pinned, so the copy is DMA running beside the kernels; the
 // CPU backend copies at once, in the same order, which is what lets the CPU tests check it.
 //
+// Targets too, on a device backend (upload_declare): the batch's labels or values go the same
+// way into one of two device buffers, and the step declares that copy, so the loss and the
+// metrics read it instead of copying the targets on the compute stream (a U-Net's field targets
+// are hundreds of MB a batch). Every take declares: the staged batch's copy, or none.
+//
 // Off for distributed.deterministic, whose parts copy row ranges of a batch one at a time.
 // A batch taken early whose read failed keeps its failure for the step that needs it.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "galley/check.h"
 #include "train/train_internal.h"
 
-size_t input_stage_bytes(const gl_graph *g) {
-    return arena_round(sizeof(float) * (size_t)(g->input.size * g->batch)) + GL_ARENA_ALIGN;
+// One sample's targets in bytes (int32 labels or float values alike).
+static size_t target_row(const gl_dataset *d) { return 4 * (size_t)d->tsize; }
+
+size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, const gl_backend *be) {
+    size_t b = arena_round(sizeof(float) * (size_t)(g->input.size * g->batch)) + GL_ARENA_ALIGN;
+    if (be->upload_declare) b += 2 * (arena_round(target_row(d) * (size_t)g->batch) + GL_ARENA_ALIGN);
+    return b;
+}
+
+// A byte range [lo, hi) of host memory.
+typedef struct {
+    const char *lo, *hi;
+} span;
+
+static int span_cmp(const void *a, const void *b) {
+    const char *x = ((const span *)a)->lo, *y = ((const span *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+static size_t page_bytes(void) {
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+// Rounds each span out to whole pages, sorts them and merges those that share or touch a page;
+// returns how many remain (in place).
+static int spans_merge_pages(span *sp, int n, size_t page) {
+    for (int i = 0; i < n; i++) {
+        uintptr_t lo = (uintptr_t)sp[i].lo, hi = (uintptr_t)sp[i].hi;
+        sp[i].lo = (const char *)(lo / page * page);
+        sp[i].hi = (const char *)((hi + page - 1) / page * page);
+    }
+    qsort(sp, (size_t)n, sizeof *sp, span_cmp);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (m > 0 && sp[i].lo <= sp[m - 1].hi) {
+            if (sp[i].hi > sp[m - 1].hi) sp[m - 1].hi = sp[i].hi;
+        } else {
+            sp[m++] = sp[i];
+        }
+    }
+    return m;
+}
+
+// Pins one run of pages; false (with the note) when refused.
+static bool pin_one(input_stage *s, void *p, size_t bytes, char *note, size_t len) {
+    char msg[256];
+    if (s->be->host_pin(p, bytes, msg, sizeof msg) != 0) {
+        if (note && len)
+            snprintf(note, len, "input copies are not overlapped with compute (%s); raise the locked-memory "
+                                "limit (ulimit -l) to allow it", msg);
+        return false;
+    }
+    s->pinned[s->npinned++] = p;
+    return true;
 }
 
 void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_loader *L, bool on, gl_arena *a,
@@ -29,34 +89,56 @@ void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_load
     if (!s->on) return;
     s->buf[0] = g->input.data;
     s->buf[1] = arena_floats(a, g->input.size * g->batch);  // the whole capacity: evaluation uses it too
-    if (!be->host_pin) return;
-    s->pinned = gl_xcalloc((size_t)loader_slots(L), sizeof *s->pinned);
-    for (int i = 0; i < loader_slots(L); i++) {
-        size_t bytes;
-        float *x = loader_slot_x(L, i, &bytes);
-        char msg[256];
-        if (be->host_pin(x, bytes, msg, sizeof msg) != 0) {
-            if (note && len)
-                snprintf(note, len, "input copies are not overlapped with compute (%s); raise the locked-memory "
-                                    "limit (ulimit -l) to allow it", msg);
-            // All or none, so the end summary's word for the copies holds for every batch.
-            for (int j = 0; j < s->npinned; j++) be->host_unpin(s->pinned[j]);
-            s->npinned = 0;
-            break;
-        }
-        s->pinned[s->npinned++] = x;
+    if (be->upload_declare) {
+        s->trow = target_row(loader_shape(L));
+        for (int k = 0; k < 2; k++) s->tbuf[k] = arena_alloc(a, s->trow * (size_t)g->batch);
     }
+    if (!be->host_pin) return;
+    // The slots' arrays lie side by side in the loader's arena, several to a page: a GPU pins
+    // whole pages and refuses a second registration of a page, so the arrays' pages are merged
+    // into runs first and each run is pinned once.
+    const int slots = loader_slots(L);
+    span *sp = gl_xcalloc(2 * (size_t)slots, sizeof *sp);
+    int ns = 0;
+    for (int i = 0; i < slots; i++) {
+        size_t bytes;
+        const char *x = (const char *)loader_slot_x(L, i, &bytes);
+        sp[ns++] = (span){x, x + bytes};
+        if (s->tbuf[0]) {
+            const char *t = (const char *)loader_slot_targets(L, i, &bytes);
+            sp[ns++] = (span){t, t + bytes};
+        }
+    }
+    ns = spans_merge_pages(sp, ns, page_bytes());
+    s->pinned = gl_xcalloc((size_t)ns, sizeof *s->pinned);
+    bool ok = true;
+    for (int i = 0; i < ns && ok; i++) ok = pin_one(s, (void *)sp[i].lo, (size_t)(sp[i].hi - sp[i].lo), note, len);
+    free(sp);
+    if (!ok) {  // all or none, so the end summary's word for the copies holds for every batch
+        for (int j = 0; j < s->npinned; j++) be->host_unpin(s->pinned[j]);
+        s->npinned = 0;
+    }
+}
+
+// The batch's targets on the host (labels or values), or NULL.
+static const void *targets_of(const gl_batch *b) {
+    return b->values ? (const void *)b->values : (const void *)b->labels;
 }
 
 int input_stage_take(input_stage *s, gl_batch *b, bool *staged, FILE *err) {
     *staged = false;
     s->steps++;
+    // A slot comes back at the same address with another batch: what was declared for the last
+    // step must not be found for this one unless this one was staged.
+    if (s->tbuf[0]) s->be->upload_declare(NULL, 0, NULL);
     if (!s->have) return loader_next(s->L, b, err);
     s->have = false;
     *b = s->next;
     if (s->failed) return -1;  // loader_try_next printed why
     s->be->upload_wait();
+    const int k = s->next_buf == s->buf[0] ? 0 : 1;  // its targets went to tbuf[k] (input_stage_ahead)
     s->g->input.data = s->next_buf;
+    if (s->tbuf[0] && targets_of(b)) s->be->upload_declare(targets_of(b), s->trow * (size_t)b->n, s->tbuf[k]);
     *staged = true;
     s->early++;
     return 0;
@@ -66,8 +148,8 @@ void input_stage_describe(const input_stage *s, char *buf, size_t len) {
     if (!len) return;
     buf[0] = 0;
     if (!s->on || !s->steps) return;
-    snprintf(buf, len, "input: %lld of %lld batches were ready a step ahead and copied %s (the rest: at their own step)",
-             (long long)s->early, (long long)s->steps,
+    snprintf(buf, len, "input: %lld of %lld batches were ready a step ahead and copied%s %s (the rest: at their own step)",
+             (long long)s->early, (long long)s->steps, s->tbuf[0] ? " with their targets" : "",
              !s->be->device ? "before it" : s->npinned ? "beside it (pinned, copy stream)"
                                                        : "beside it from pageable memory (not pinned)");
 }
@@ -79,8 +161,11 @@ void input_stage_ahead(input_stage *s, FILE *err) {
     s->have = true;
     s->failed = r != 0;
     if (s->failed) return;
-    s->next_buf = s->g->input.data == s->buf[0] ? s->buf[1] : s->buf[0];
+    const int k = s->g->input.data == s->buf[0] ? 1 : 0;  // the buffers the step in flight does not read
+    s->next_buf = s->buf[k];
     s->be->upload_async(s->next_buf, s->next.x, sizeof(float) * (size_t)(s->next.n * s->g->input.size));
+    if (s->tbuf[0] && targets_of(&s->next))
+        s->be->upload_async(s->tbuf[k], targets_of(&s->next), s->trow * (size_t)s->next.n);
 }
 
 void input_stage_free(input_stage *s) {
@@ -89,6 +174,7 @@ void input_stage_free(input_stage *s) {
     // before its source goes back to the loader and its destination to the arena.
     s->be->upload_wait();
     s->be->sync();
+    if (s->tbuf[0]) s->be->upload_declare(NULL, 0, NULL);
     if (s->have) loader_release(s->L, &s->next);
     s->have = false;
     for (int i = 0; i < s->npinned; i++) s->be->host_unpin(s->pinned[i]);

@@ -244,7 +244,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         // Plan every byte of the model first, refuse what cannot fit, then allocate once.
         // The next batch's copy overlaps the step (input_stage.c), except for deterministic parts.
         bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN +
-                (staging ? input_stage_bytes(&g) : 0);
+                (staging ? input_stage_bytes(&g, &train, be) : 0);
         // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
         if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
             fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has "

@@ -65,16 +65,19 @@ typedef struct {
     gl_loader *L;
     bool on;
     float *buf[2];      // the model input's two buffers; g->input.data is one of them
+    void *tbuf[2];      // device backends (upload_declare): the targets' two buffers, else NULL
+    size_t trow;        // bytes of one sample's targets
     bool have, failed;  // a next batch was taken early (and its read failed)
     gl_batch next;
     float *next_buf;    // where its rows went
-    void **pinned;      // the loader slots the backend pinned
+    void **pinned;      // the loader slots' arrays the backend pinned (inputs, then targets)
     int npinned;
     int64_t steps, early;  // batches taken, and of those staged a step ahead
 } input_stage;
 
-// Arena bytes of the second input buffer.
-size_t input_stage_bytes(const gl_graph *g);
+// Arena bytes of the second input buffer, and on a device backend (upload_declare) of the
+// targets' two buffers (d: the training split's shapes).
+size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, const gl_backend *be);
 // on: stage batches (false: each step copies its own, as distributed.deterministic's parts do).
 // note gets a line for the log when the GPU cannot pin the loader's slots (else empty).
 void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_loader *L, bool on, gl_arena *a,

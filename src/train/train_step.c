@@ -249,7 +249,8 @@ double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *f
 int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err) {
     metrics_reset(m);
     c->step = step;
-    c->staged = false;  // evaluation batches are copied by each part as it goes
+    c->staged = false;  // evaluation batches are copied by each part as it goes, targets too
+    if (c->be->upload_declare) c->be->upload_declare(NULL, 0, NULL);
     train_share_state(c, step);
     for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
         gl_batch b;

@@ -5,6 +5,9 @@
 // not; writes into the current buffer between steps (an evaluation) do not reach the next batch;
 // a batch taken early and never used is given back; pinning covers the loader's slots, is undone,
 // and a refusal gives the note; a read that fails on a batch taken early fails its own step.
+// The fake declares targets (upload_declare, as a GPU does): a staged step's targets are declared
+// with a copy that holds exactly them, any other step declares none, and no copy targets the
+// declared buffer while its step is in flight.
 #include "testlib.h"
 
 #include <hdf5.h>
@@ -25,7 +28,11 @@ static struct {
         size_t bytes;
     } pending[MAX_PENDING];
     int npending, copies, waits;
+    const void *decl_host, *decl_dev;  // upload_declare's last (NULL: none)
+    size_t decl_bytes;
+    int declares;
     void *pins[MAX_PINS];
+    size_t pin_bytes[MAX_PINS];
     int npins, pin_fail_at;  // pin_fail_at: the pin call (from 1) that fails; 0: none
     int pin_calls;
 } fk;
@@ -38,10 +45,15 @@ static void fk_upload_async(void *dst, const void *src, size_t bytes) {
     assert_true(fk.npending < MAX_PENDING);
     // The step in flight reads g->input.data: a copy there would race it on a GPU.
     assert_ptr_not_equal(dst, fk.g->input.data);
+    assert_ptr_not_equal(dst, fk.decl_dev);  // nor one into the targets it reads
     fk.pending[fk.npending].dst = dst, fk.pending[fk.npending].src = src, fk.pending[fk.npending].bytes = bytes;
     fk.npending++, fk.copies++;
 }
 static void fk_upload_wait(void) { fk.waits++, fk_flush(); }
+static void fk_upload_declare(const void *host, size_t bytes, const void *dev) {
+    fk.decl_host = host, fk.decl_bytes = bytes, fk.decl_dev = dev;
+    fk.declares++;
+}
 static void fk_sync(void) { fk_flush(); }
 static int fk_host_pin(void *p, size_t bytes, char *msg, size_t len) {
     (void)bytes;
@@ -50,13 +62,23 @@ static int fk_host_pin(void *p, size_t bytes, char *msg, size_t len) {
         return -1;
     }
     assert_true(fk.npins < MAX_PINS);
+    // A GPU pins whole pages and refuses a page twice: runs must start and end on pages and not meet.
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+    assert_int_equal(a % page, 0);
+    assert_int_equal(bytes % page, 0);
+    for (int i = 0; i < fk.npins; i++) {
+        uintptr_t b = (uintptr_t)fk.pins[i];
+        assert_true(a + bytes < b || b + fk.pin_bytes[i] < a);
+    }
+    fk.pin_bytes[fk.npins] = bytes;
     fk.pins[fk.npins++] = p;
     return 0;
 }
 static void fk_host_unpin(void *p) {
     for (int i = 0; i < fk.npins; i++)
         if (fk.pins[i] == p) {
-            fk.pins[i] = fk.pins[--fk.npins];
+            fk.npins--;
+            fk.pins[i] = fk.pins[fk.npins], fk.pin_bytes[i] = fk.pin_bytes[fk.npins];
             return;
         }
     fail_msg("unpinned %p, which was not pinned", p);
@@ -68,6 +90,7 @@ static const gl_backend *fake_backend(int pin_fail_at) {
     fk.be.name = "fake-async";
     fk.be.upload_async = fk_upload_async;
     fk.be.upload_wait = fk_upload_wait;
+    fk.be.upload_declare = fk_upload_declare;
     fk.be.sync = fk_sync;
     fk.be.host_pin = fk_host_pin;
     fk.be.host_unpin = fk_host_unpin;
@@ -107,7 +130,7 @@ static void mini_init(mini *m, const gl_loader *L, const gl_backend *be) {
     m->g.be = be;
     m->own = calloc((size_t)(m->g.input.size * m->g.batch), sizeof(float));
     m->g.input.data = m->own;
-    arena_init_for(&m->a, input_stage_bytes(&m->g), be);
+    arena_init_for(&m->a, input_stage_bytes(&m->g, loader_shape(L), be), be);
 }
 
 static void mini_free(mini *m) {
@@ -159,14 +182,19 @@ static void test_every_step_sees_its_own_batch(void **st) {
     input_stage_init(&s, &fk.be, &m->g, L, true, &m->a, note, sizeof note);
     assert_true(s.on);
     assert_string_equal(note, "");
-    assert_int_equal(fk.npins, loader_slots(L));  // every slot pinned
+    // Every slot's inputs and targets lie inside a pinned run (neighbours share runs).
+    assert_true(fk.npins >= 1 && fk.npins <= 2 * loader_slots(L));
     for (int i = 0; i < loader_slots(L); i++) {
-        size_t bytes;
-        float *x = loader_slot_x(L, i, &bytes);
+        size_t bytes, tbytes;
+        const char *x = (const char *)loader_slot_x(L, i, &bytes), *t = loader_slot_targets(L, i, &tbytes);
         assert_true(bytes >= sizeof(float) * (size_t)(m->g.input.size * m->g.batch));
-        bool found = false;
-        for (int j = 0; j < fk.npins; j++) found |= fk.pins[j] == x;
-        assert_true(found);
+        assert_true(tbytes >= sizeof(int32_t) * (size_t)(loader_shape(L)->tsize * m->g.batch));
+        bool found = false, tfound = false;
+        for (int j = 0; j < fk.npins; j++) {
+            const char *lo = fk.pins[j], *hi = lo + fk.pin_bytes[j];
+            found |= x >= lo && x + bytes <= hi, tfound |= t >= lo && t + tbytes <= hi;
+        }
+        assert_true(found && tfound);
     }
     const int steps = 20;
     const size_t row = sizeof(float) * (size_t)m->g.input.size;
@@ -183,6 +211,16 @@ static void test_every_step_sees_its_own_batch(void **st) {
         staged_steps += staged;
         // The step's kernels run after upload_wait: by then the input holds exactly this batch.
         assert_memory_equal(m->g.input.data, want.x, row * (size_t)want.n);
+        // Its targets: declared with their copy when staged (the loss reads that), else none.
+        const size_t tbytes = sizeof(int32_t) * (size_t)(want.n * loader_shape(L)->tsize);
+        if (staged) {
+            assert_ptr_equal(fk.decl_host, b.labels);
+            assert_int_equal(fk.decl_bytes, tbytes);
+            assert_memory_equal(fk.decl_dev, want.labels, tbytes);
+        } else {
+            assert_null(fk.decl_host);
+            assert_null(fk.decl_dev);
+        }
         loader_release(ref, &want);
         if (k + 1 < steps) ahead_until_taken(&s, stderr);
         // An evaluation between steps writes the current buffer; the next batch is elsewhere.
@@ -192,7 +230,8 @@ static void test_every_step_sees_its_own_batch(void **st) {
     assert_true(staged_steps >= steps / 2);  // readers are far ahead of this loop
     assert_int_equal(s.steps, steps);
     assert_int_equal(s.early, staged_steps);
-    assert_int_equal(fk.copies, staged_steps);
+    assert_int_equal(fk.copies, 2 * staged_steps);  // inputs and targets
+    assert_true(fk.declares >= steps);
     char line[256];
     input_stage_describe(&s, line, sizeof line);
     assert_non_null(strstr(line, "batches were ready a step ahead"));
@@ -217,7 +256,7 @@ static void test_a_batch_taken_early_is_given_back(void **st) {
     assert_false(staged);
     ahead_until_taken(&s, stderr);
     assert_true(s.have);
-    assert_int_equal(fk.npending, 1);
+    assert_int_equal(fk.npending, 2);  // its inputs and targets
     loader_release(L, &b);
     input_stage_free(&s);
     assert_int_equal(fk.npending, 0);  // waited for
@@ -234,14 +273,14 @@ static void test_a_batch_taken_early_is_given_back(void **st) {
 static void test_pin_refused_and_off(void **st) {
     (void)st;
     fixture f;
-    fixture_open(&f, synth, 2);
+    fixture_open(&f, synth, 1);
     gl_loader *L = f.L;
     mini *m = &f.m;
     input_stage s;
     char note[400];
     input_stage_init(&s, &fk.be, &m->g, L, true, &m->a, note, sizeof note);
     assert_true(s.on);
-    assert_int_equal(fk.npins, 0);  // the first slot's pin undone: all or none
+    assert_int_equal(fk.npins, 0);  // none pinned: all or none
     assert_int_equal(s.npinned, 0);
     assert_non_null(strstr(note, "fake: locked-memory limit"));
     assert_non_null(strstr(note, "ulimit -l"));

@@ -100,7 +100,15 @@ void cuda_stage_name(const void *host, size_t bytes) { ctx.stage_of = host, ctx.
 
 // One reuse a naming: the loader's slots come back at the same addresses with new contents, so
 // a later call for the same array (no loss in between) copies afresh.
+const void *cuda_prestaged(const void *host, size_t bytes) {
+    const char *h = (const char *)host, *lo = (const char *)ctx.pre_of;
+    if (!lo || h < lo || bytes > ctx.pre_bytes || (size_t)(h - lo) > ctx.pre_bytes - bytes) return NULL;
+    return (const char *)ctx.pre_dev + (h - lo);
+}
+
 const void *cuda_stage_find(const void *host, size_t bytes) {
+    const void *pre = cuda_prestaged(host, bytes);
+    if (pre) return pre;
     if (ctx.stage && host == ctx.stage_of && bytes == ctx.stage_of_bytes) {
         ctx.stage_of = NULL;
         return ctx.stage;
@@ -194,6 +202,13 @@ static void cu_upload_async(void *dst, const void *src, size_t bytes) {
 // An event never recorded counts as complete, so a wait before the first upload is a no-op.
 static void cu_upload_wait(void) { CU_CHECK(cudaStreamWaitEvent(ctx.stream, ctx.copy_done, 0)); }
 
+// A new step's declaration also drops the stage's naming: the slot it named may hold another
+// batch by now.
+static void cu_upload_declare(const void *host, size_t bytes, const void *dev) {
+    ctx.pre_of = host, ctx.pre_bytes = host ? bytes : 0, ctx.pre_dev = host ? dev : NULL;
+    ctx.stage_of = NULL;
+}
+
 // The reserve: the cuDNN workspace cap, plus what the libraries and the staging buffers take
 // (cuBLAS workspaces, the loss staging, partial sums): 256 MiB covers them with room.
 static void cu_mem_info(size_t *free_bytes, size_t *total_bytes, size_t *reserve, unsigned char uuid[16],
@@ -253,6 +268,7 @@ static const gl_backend cuda_table = {
     .host_unpin = cu_host_unpin,
     .upload_async = cu_upload_async,
     .upload_wait = cu_upload_wait,
+    .upload_declare = cu_upload_declare,
     .chunk_sumsq = cuda_chunk_sumsq,
     .optim_update = cuda_optim_update,
     .dense_forward = cuda_dense_forward,

@@ -36,6 +36,9 @@ typedef struct {
     size_t stage_bytes;
     const void *stage_of;  // the host array whose copy starts the stage (cuda_stage_name), or NULL
     size_t stage_of_bytes;
+    const void *pre_of;    // the step's targets already copied by upload_async (upload_declare), or NULL
+    size_t pre_bytes;
+    const void *pre_dev;   // where: pre_of[0, pre_bytes) is at pre_dev
     double *red;           // device partial sums for losses and norms: red_count doubles
     int64_t red_count;
     double *red_host;      // pinned host mirror of red
@@ -61,10 +64,13 @@ void *cuda_stage(const void *host, size_t bytes);
 // Declares that the stage now starts with a copy of host[0, bytes) (cuda_stage of a packed
 // buffer sets no name of its own), so cuda_stage_find can reuse it.
 void cuda_stage_name(const void *host, size_t bytes);
-// The device copy of host[0, bytes): the stage when the last cuda_stage was of that array (the
-// loss staged the labels the metrics need next), else a fresh cuda_stage. Once a naming: a second
-// find copies again. The caller vouches the host array is unchanged since the naming.
+// The device copy of host[0, bytes): the declared copy of the step's targets when inside it
+// (cuda_prestaged), the stage when the last cuda_stage was of that array (the loss staged the
+// labels the metrics need next), else a fresh cuda_stage. Once a naming: a second find copies
+// again. The caller vouches the host array is unchanged since the naming.
 const void *cuda_stage_find(const void *host, size_t bytes);
+// The copy of host[0, bytes) that input staging made beside the step (upload_declare), or NULL.
+const void *cuda_prestaged(const void *host, size_t bytes);
 // At least `count` device doubles for partial sums, and the pinned host mirror of the same size.
 double *cuda_partials(int64_t count, double **host);
 

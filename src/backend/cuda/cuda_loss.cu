@@ -62,16 +62,22 @@ double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, c
         wsum += weights ? weights[labels[q]] : 1.0;
     }
     const double inv = wsum > 0 ? 1.0 / wsum : 0.0;
-    // One staging buffer: labels, then the class weights.
     const size_t lbytes = sizeof(int32_t) * (size_t)positions, wbytes = weights ? sizeof(float) * (size_t)c : 0;
-    char *pack = (char *)gl_xmalloc(lbytes + wbytes);
-    memcpy(pack, labels, lbytes);
-    if (weights) memcpy(pack + lbytes, weights, wbytes);
-    const char *staged = (const char *)cuda_stage(pack, lbytes + wbytes);
-    free(pack);  // cuda_stage has copied pageable memory by the time it returns
-    cuda_stage_name(labels, lbytes);  // the metrics that follow reuse the labels' copy
-    const int32_t *dlabels = (const int32_t *)staged;
-    const float *dweights = weights ? (const float *)(staged + lbytes) : NULL;
+    const int32_t *dlabels = (const int32_t *)cuda_prestaged(labels, lbytes);
+    const float *dweights = NULL;
+    if (dlabels) {  // copied beside the step by input staging: only the weights go now
+        if (weights) dweights = (const float *)cuda_stage(weights, wbytes);
+    } else {
+        // One staging buffer: labels, then the class weights.
+        char *pack = (char *)gl_xmalloc(lbytes + wbytes);
+        memcpy(pack, labels, lbytes);
+        if (weights) memcpy(pack + lbytes, weights, wbytes);
+        const char *staged = (const char *)cuda_stage(pack, lbytes + wbytes);
+        free(pack);  // cuda_stage has copied pageable memory by the time it returns
+        cuda_stage_name(labels, lbytes);  // the metrics that follow reuse the labels' copy
+        dlabels = (const int32_t *)staged;
+        dweights = weights ? (const float *)(staged + lbytes) : NULL;
+    }
 
     cudaStream_t st = cuda_ctx_get()->stream;
     const bool wide = c >= 32;
@@ -104,7 +110,9 @@ __global__ static void regression_k(int kind, int64_t count, double inv, const f
 double cuda_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred) {
     if (count <= 0) return 0.0;
     const double inv = 1.0 / (double)count;
-    const float *dtarget = (const float *)cuda_stage(target, sizeof(float) * (size_t)count);
+    // Copied beside the step by input staging, else now (the stage is named: the metrics reuse it).
+    const float *dtarget = (const float *)cuda_prestaged(target, sizeof(float) * (size_t)count);
+    if (!dtarget) dtarget = (const float *)cuda_stage(target, sizeof(float) * (size_t)count);
     const unsigned blocks = cuda_grid(count, GL_BLOCK);
     double *host;
     double *partial = cuda_partials(blocks, &host);
