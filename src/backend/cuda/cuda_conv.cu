@@ -943,8 +943,9 @@ static const float one = 1.0f, zero = 0.0f;
 // Forward of the convolution: x-space xin (fp32, staged if need be) and w -> y-space ys,
 // overwritten or accumulated. ep (NULL: none; overwriting only): the epilogue, applied when the
 // 16-bit result is widened into ys; whether it was (fp32: never, the caller runs bias_act).
+// have_x: x16 already holds xin (run_filter just made it), so it is not converted again.
 static bool run_forward(const cv_entry *e, const cv_work *wk, const float *xin, const float *w, float *ys,
-                        bool accumulate, const cv_epi *ep) {
+                        bool accumulate, const cv_epi *ep, bool have_x) {
     cuda_ctx *cx = cuda_ctx_get();
     cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD];
     if (!e->half) {
@@ -952,7 +953,7 @@ static bool run_forward(const cv_entry *e, const cv_work *wk, const float *xin, 
                                             e->ws[PASS_FWD], accumulate ? &one : &zero, e->yd, ys));
         return false;
     }
-    half_x_in(e, xin, wk->x16);
+    if (!have_x) half_x_in(e, xin, wk->x16);
     half_w_in(e, w, wk->w16);
     CUDNN_CHECK(cudnnConvolutionForward(cx->cudnn, &one, e->xd, wk->x16, e->wd, wk->w16, e->cd, algo, wk->ws,
                                         e->ws[PASS_FWD], &zero, e->yd, wk->y16));
@@ -1025,7 +1026,7 @@ static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, c
         cv_data t = {xs, w, NULL};
         entry_choose(e, PASS_FWD, &t);
         cv_work wk = work_get(e, 1u << PASS_FWD);
-        if (run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false, &ep)) {
+        if (run_forward(e, &wk, x_input(e, &wk, xs), w, y + s0 * L.y_elems, false, &ep, false)) {
             // 16 bits: this chunk's epilogue is done; the fp32 chunks before it get theirs.
             bias_act_forward(s0 - pend, f, P, b, act, slope, y + pend * L.y_elems);
             pend = s0 + m;
@@ -1160,7 +1161,7 @@ void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t group
         cv_work wk = work_get(e, passes);
         const float *din = x_input(e, &wk, dys);
         run_filter(e, &wk, din, xs, dw, s0 > 0);
-        // 16-bit: run_forward converts din again into x16 (run_filter's copy is the same values).
-        if (dx) run_forward(e, &wk, din, w, dx + s0 * L.y_elems, true, NULL);
+        // 16-bit: run_filter left din's copy in x16 (the same entry, so the same layout).
+        if (dx) run_forward(e, &wk, din, w, dx + s0 * L.y_elems, true, NULL, true);
     }
 }
