@@ -67,17 +67,37 @@ static int spans_merge_pages(span *sp, int n, size_t page) {
     return m;
 }
 
-// Pins one run of pages; false (with the note) when refused.
-static bool pin_one(input_stage *s, void *p, size_t bytes, char *note, size_t len) {
-    char msg[256];
-    if (s->be->host_pin(p, bytes, msg, sizeof msg) != 0) {
-        if (note && len)
-            snprintf(note, len, "input copies are not overlapped with compute (%s); raise the locked-memory "
-                                "limit (ulimit -l) to allow it", msg);
-        return false;
+// Pins the slots' inputs (and with targets, their targets) as merged page runs, all or none;
+// false with why in msg when a run is refused (what was pinned is undone).
+static bool pin_slots(input_stage *s, bool targets, char *msg, size_t len) {
+    // The slots' arrays lie side by side in the loader's arena, several to a page: a GPU pins
+    // whole pages and refuses a second registration of a page, so the arrays' pages are merged
+    // into runs first and each run is pinned once.
+    const int slots = loader_slots(s->L);
+    span *sp = gl_xcalloc(2 * (size_t)slots, sizeof *sp);
+    int ns = 0;
+    for (int i = 0; i < slots; i++) {
+        size_t bytes;
+        const char *x = (const char *)loader_slot_x(s->L, i, &bytes);
+        sp[ns++] = (span){x, x + bytes};
+        if (targets) {
+            const char *t = (const char *)loader_slot_targets(s->L, i, &bytes);
+            sp[ns++] = (span){t, t + bytes};
+        }
     }
-    s->pinned[s->npinned++] = p;
-    return true;
+    ns = spans_merge_pages(sp, ns, page_bytes());
+    bool ok = true;
+    for (int i = 0; i < ns && ok; i++) {
+        void *p = (void *)sp[i].lo;
+        ok = s->be->host_pin(p, (size_t)(sp[i].hi - sp[i].lo), msg, len) == 0;
+        if (ok) s->pinned[s->npinned++] = p;
+    }
+    free(sp);
+    if (!ok) {
+        for (int j = 0; j < s->npinned; j++) s->be->host_unpin(s->pinned[j]);
+        s->npinned = 0;
+    }
+    return ok;
 }
 
 void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_loader *L, bool on, gl_arena *a,
@@ -94,30 +114,20 @@ void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_load
         for (int k = 0; k < 2; k++) s->tbuf[k] = arena_alloc(a, s->trow * (size_t)g->batch);
     }
     if (!be->host_pin) return;
-    // The slots' arrays lie side by side in the loader's arena, several to a page: a GPU pins
-    // whole pages and refuses a second registration of a page, so the arrays' pages are merged
-    // into runs first and each run is pinned once.
-    const int slots = loader_slots(L);
-    span *sp = gl_xcalloc(2 * (size_t)slots, sizeof *sp);
-    int ns = 0;
-    for (int i = 0; i < slots; i++) {
-        size_t bytes;
-        const char *x = (const char *)loader_slot_x(L, i, &bytes);
-        sp[ns++] = (span){x, x + bytes};
-        if (s->tbuf[0]) {
-            const char *t = (const char *)loader_slot_targets(L, i, &bytes);
-            sp[ns++] = (span){t, t + bytes};
-        }
+    s->pinned = gl_xcalloc(2 * (size_t)loader_slots(L), sizeof *s->pinned);
+    // All or none, so the end summary's word for the copies holds for every batch; when the
+    // targets tip the locked-memory limit, the inputs alone are still worth pinning.
+    char msg[256];
+    if (pin_slots(s, s->tbuf[0] != NULL, msg, sizeof msg)) return;
+    if (s->tbuf[0] && pin_slots(s, false, msg, sizeof msg)) {
+        if (note && len)
+            snprintf(note, len, "the targets' copies are made from pageable memory (%s); raise the locked-memory "
+                                "limit (ulimit -l) to overlap them too", msg);
+        return;
     }
-    ns = spans_merge_pages(sp, ns, page_bytes());
-    s->pinned = gl_xcalloc((size_t)ns, sizeof *s->pinned);
-    bool ok = true;
-    for (int i = 0; i < ns && ok; i++) ok = pin_one(s, (void *)sp[i].lo, (size_t)(sp[i].hi - sp[i].lo), note, len);
-    free(sp);
-    if (!ok) {  // all or none, so the end summary's word for the copies holds for every batch
-        for (int j = 0; j < s->npinned; j++) be->host_unpin(s->pinned[j]);
-        s->npinned = 0;
-    }
+    if (note && len)
+        snprintf(note, len, "input copies are not overlapped with compute (%s); raise the locked-memory limit "
+                            "(ulimit -l) to allow it", msg);
 }
 
 // The batch's targets on the host (labels or values), or NULL.
@@ -125,13 +135,30 @@ static const void *targets_of(const gl_batch *b) {
     return b->values ? (const void *)b->values : (const void *)b->labels;
 }
 
+void input_stage_targets(input_stage *s, const gl_batch *b) {
+    if (!s->tbuf[0]) return;
+    if (!targets_of(b) || b->n <= 0) {
+        s->be->upload_declare(NULL, 0, NULL);
+        return;
+    }
+    // Pending copies (a batch taken early) go to the other pair; earlier readers of this one
+    // are ordered before this copy by the stream.
+    void *t = s->tbuf[s->g->input.data == s->buf[0] ? 0 : 1];
+    s->be->upload(t, targets_of(b), s->trow * (size_t)b->n);
+    s->be->upload_declare(targets_of(b), s->trow * (size_t)b->n, t);
+}
+
 int input_stage_take(input_stage *s, gl_batch *b, bool *staged, FILE *err) {
     *staged = false;
     s->steps++;
     // A slot comes back at the same address with another batch: what was declared for the last
-    // step must not be found for this one unless this one was staged.
+    // step must not be found for this one.
     if (s->tbuf[0]) s->be->upload_declare(NULL, 0, NULL);
-    if (!s->have) return loader_next(s->L, b, err);
+    if (!s->have) {
+        int rc = loader_next(s->L, b, err);
+        if (rc == 0) input_stage_targets(s, b);
+        return rc;
+    }
     s->have = false;
     *b = s->next;
     if (s->failed) return -1;  // loader_try_next printed why

@@ -278,6 +278,7 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     input_stage stage;
     char stage_note[400];
     input_stage_init(&stage, be, &g, lt, staging, &arena, stage_note, sizeof stage_note);
+    c.stage = &stage;
     loss_scale_init(&c.ls, precision == PRECISION_FP16);
     gl_ckpt_state ck = {.best = NAN, .best_loss = NAN, .world = d->world, .parts = c.parts, .threads = threads};
     if (resume_path[0] && (code = train_resume_load(&c, resume_path, &ck, err)) != GL_EXIT_OK) {

@@ -40,6 +40,7 @@ typedef struct {
     int64_t step;       // the step being computed (names collectives in timeout messages)
     gl_loss_scale ls;   // train.precision fp16: the loss gradient's factor (off: 1)
     bool staged;        // the step's batch is already in the model input (input_stage_take)
+    struct input_stage *stage;  // the run's input staging (evaluation batches' targets), or NULL
 } train_ctx;
 
 // Arena bytes train_ctx_init carves for this recipe, model and rank count.
@@ -59,7 +60,7 @@ void train_share_state(train_ctx *c, int64_t step);
 
 // ---- input staging (input_stage.c): the next batch copied while the current one computes ----
 
-typedef struct {
+typedef struct input_stage {
     const gl_backend *be;
     gl_graph *g;
     gl_loader *L;
@@ -85,6 +86,10 @@ void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_load
 // This step's batch, as loader_next. *staged: its rows are already in g->input.data (a copy
 // the step's kernels wait for), so the step must not copy them again.
 int input_stage_take(input_stage *s, gl_batch *b, bool *staged, FILE *err);
+// A batch not staged (taken at its step, or an evaluation batch): its targets are copied now,
+// in order with the kernels, into the target buffer beside the current input, and declared, so
+// that no loss copies them into a buffer of its own. Nothing where targets are not staged.
+void input_stage_targets(input_stage *s, const gl_batch *b);
 // Takes the next batch if the loader has it ready and starts copying it to the other buffer.
 // Call only when another step will follow.
 void input_stage_ahead(input_stage *s, FILE *err);

@@ -249,8 +249,8 @@ double train_step(train_ctx *c, const gl_batch *b, int64_t step, const double *f
 int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FILE *err) {
     metrics_reset(m);
     c->step = step;
-    c->staged = false;  // evaluation batches are copied by each part as it goes, targets too
-    if (c->be->upload_declare) c->be->upload_declare(NULL, 0, NULL);
+    c->staged = false;  // evaluation batches are copied by each part as it goes
+    if (c->be->upload_declare) c->be->upload_declare(NULL, 0, NULL);  // the last training batch's
     train_share_state(c, step);
     for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
         gl_batch b;
@@ -263,6 +263,7 @@ int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FIL
         const int32_t *lab;
         const float *val;
         if (!c->parts) {
+            if (c->stage) input_stage_targets(c->stage, &b);  // beside the input, not in a loss buffer
             load_rows(c, &b, 0, b.n, &lab, &val);
             double v[STEP_VEC];
             part_forward(c, b.n, b.global_n, lab, val, v, false);

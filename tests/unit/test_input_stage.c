@@ -5,9 +5,10 @@
 // not; writes into the current buffer between steps (an evaluation) do not reach the next batch;
 // a batch taken early and never used is given back; pinning covers the loader's slots, is undone,
 // and a refusal gives the note; a read that fails on a batch taken early fails its own step.
-// The fake declares targets (upload_declare, as a GPU does): a staged step's targets are declared
-// with a copy that holds exactly them, any other step declares none, and no copy targets the
-// declared buffer while its step is in flight.
+// The fake declares targets (upload_declare, as a GPU does): every step's targets, and an
+// evaluation batch's, are declared with a copy holding exactly them (class labels and float
+// values), and no copy targets the declared buffer while its step is in flight. Pins are page
+// runs that never meet; refused ones fall back to the inputs alone, then to none, with a note.
 #include "testlib.h"
 
 #include <hdf5.h>
@@ -33,7 +34,7 @@ static struct {
     int declares;
     void *pins[MAX_PINS];
     size_t pin_bytes[MAX_PINS];
-    int npins, pin_fail_at;  // pin_fail_at: the pin call (from 1) that fails; 0: none
+    int npins, pin_fail_mask;  // bit k set: pin call k + 1 is refused; 0: none
     int pin_calls;
 } fk;
 
@@ -57,7 +58,7 @@ static void fk_upload_declare(const void *host, size_t bytes, const void *dev) {
 static void fk_sync(void) { fk_flush(); }
 static int fk_host_pin(void *p, size_t bytes, char *msg, size_t len) {
     (void)bytes;
-    if (++fk.pin_calls == fk.pin_fail_at) {
+    if (fk.pin_fail_mask >> fk.pin_calls++ & 1) {
         snprintf(msg, len, "fake: locked-memory limit");
         return -1;
     }
@@ -84,7 +85,7 @@ static void fk_host_unpin(void *p) {
     fail_msg("unpinned %p, which was not pinned", p);
 }
 
-static const gl_backend *fake_backend(int pin_fail_at) {
+static const gl_backend *fake_backend(int pin_fail_mask) {
     memset(&fk, 0, sizeof fk);
     fk.be = *backend_cpu();  // memory and the rest from the CPU
     fk.be.name = "fake-async";
@@ -94,7 +95,7 @@ static const gl_backend *fake_backend(int pin_fail_at) {
     fk.be.sync = fk_sync;
     fk.be.host_pin = fk_host_pin;
     fk.be.host_unpin = fk_host_unpin;
-    fk.pin_fail_at = pin_fail_at;
+    fk.pin_fail_mask = pin_fail_mask;
     return &fk.be;
 }
 
@@ -145,10 +146,10 @@ typedef struct {
     mini m;
 } fixture;
 
-static void fixture_open(fixture *f, const char *data, int pin_fail_at) {
+static void fixture_open(fixture *f, const char *data, int pin_fail_mask) {
     srecipe(&f->r, data);
     f->L = open_train(&f->r);
-    mini_init(&f->m, f->L, fake_backend(pin_fail_at));
+    mini_init(&f->m, f->L, fake_backend(pin_fail_mask));
     fk.g = &f->m.g;
 }
 
@@ -169,13 +170,17 @@ static void ahead_until_taken(input_stage *s, FILE *err) {
 
 static const char *synth = "  synthetic: {kind: shapes2d, size: 8, train_size: 40, val_size: 9}\n"
                            "  augment: {flip: true, noise: 0.1}\n";
+static const char *synth_values = "  synthetic: {kind: cosmo3d, size: 8, train_size: 40, val_size: 9}\n";
+
+// A batch's targets on the host: labels (int32) or values (float), 4 bytes each.
+static const void *tgt(const gl_batch *b) { return b->values ? (const void *)b->values : (const void *)b->labels; }
 
 // Steps through 20 batches (several epochs, a short last batch each) as train.c does.
-static void test_every_step_sees_its_own_batch(void **st) {
-    (void)st;
+static void every_step_sees_its_own_batch(const char *data, gl_target_kind kind) {
     fixture f;
-    fixture_open(&f, synth, 0);
-    gl_loader *L = f.L, *ref = open_train(&f.r);
+    fixture_open(&f, data, 0);
+    assert_int_equal(loader_shape(f.L)->target, kind);
+    gl_loader *L = f.L, *ref = open_train(&f.r), *ev = open_train(&f.r);  // ev: "evaluation" batches
     mini *m = &f.m;
     input_stage s;
     char note[256];
@@ -211,34 +216,49 @@ static void test_every_step_sees_its_own_batch(void **st) {
         staged_steps += staged;
         // The step's kernels run after upload_wait: by then the input holds exactly this batch.
         assert_memory_equal(m->g.input.data, want.x, row * (size_t)want.n);
-        // Its targets: declared with their copy when staged (the loss reads that), else none.
+        // Its targets: declared with a copy holding exactly them (staged: made beside the step
+        // before; else now), which the loss and metrics read instead of copying them themselves.
         const size_t tbytes = sizeof(int32_t) * (size_t)(want.n * loader_shape(L)->tsize);
-        if (staged) {
-            assert_ptr_equal(fk.decl_host, b.labels);
-            assert_int_equal(fk.decl_bytes, tbytes);
-            assert_memory_equal(fk.decl_dev, want.labels, tbytes);
-        } else {
-            assert_null(fk.decl_host);
-            assert_null(fk.decl_dev);
-        }
+        assert_ptr_equal(fk.decl_host, tgt(&b));
+        assert_int_equal(fk.decl_bytes, tbytes);
+        assert_memory_equal(fk.decl_dev, tgt(&want), tbytes);
         loader_release(ref, &want);
         if (k + 1 < steps) ahead_until_taken(&s, stderr);
-        // An evaluation between steps writes the current buffer; the next batch is elsewhere.
+        // An evaluation between steps writes the current buffers (inputs, and targets declared
+        // for its batches); the next batch is elsewhere.
         memset(m->g.input.data, 0xff, row * (size_t)m->g.batch);
+        gl_batch eb;
+        assert_int_equal(loader_next(ev, &eb, stderr), 0);
+        input_stage_targets(&s, &eb);
+        const size_t ebytes = sizeof(int32_t) * (size_t)(eb.n * loader_shape(L)->tsize);
+        assert_ptr_equal(fk.decl_host, tgt(&eb));
+        assert_int_equal(fk.decl_bytes, ebytes);
+        assert_memory_equal(fk.decl_dev, tgt(&eb), ebytes);
+        loader_release(ev, &eb);
         loader_release(L, &b);
     }
     assert_true(staged_steps >= steps / 2);  // readers are far ahead of this loop
     assert_int_equal(s.steps, steps);
     assert_int_equal(s.early, staged_steps);
     assert_int_equal(fk.copies, 2 * staged_steps);  // inputs and targets
-    assert_true(fk.declares >= steps);
     char line[256];
     input_stage_describe(&s, line, sizeof line);
     assert_non_null(strstr(line, "batches were ready a step ahead"));
     input_stage_free(&s);
     assert_int_equal(fk.npins, 0);
     loader_free(ref);
+    loader_free(ev);
     fixture_close(&f);
+}
+
+static void test_every_step_sees_its_own_batch(void **st) {
+    (void)st;
+    every_step_sees_its_own_batch(synth, TARGET_CLASS);
+}
+
+static void test_every_step_sees_its_own_batch_values(void **st) {
+    (void)st;
+    every_step_sees_its_own_batch(synth_values, TARGET_VALUES);  // float targets (regression)
 }
 
 // The run ends with a batch taken early: its copy lands, its slot goes back (loader_free then
@@ -273,7 +293,7 @@ static void test_a_batch_taken_early_is_given_back(void **st) {
 static void test_pin_refused_and_off(void **st) {
     (void)st;
     fixture f;
-    fixture_open(&f, synth, 1);
+    fixture_open(&f, synth, 0x3);  // the inputs with their targets refused, then the inputs alone
     gl_loader *L = f.L;
     mini *m = &f.m;
     input_stage s;
@@ -282,8 +302,27 @@ static void test_pin_refused_and_off(void **st) {
     assert_true(s.on);
     assert_int_equal(fk.npins, 0);  // none pinned: all or none
     assert_int_equal(s.npinned, 0);
-    assert_non_null(strstr(note, "fake: locked-memory limit"));
+    assert_non_null(strstr(note, "input copies are not overlapped with compute (fake: locked-memory limit)"));
     assert_non_null(strstr(note, "ulimit -l"));
+    input_stage_free(&s);
+    assert_int_equal(fk.npins, 0);
+    // Only the first attempt (inputs and targets) refused: the inputs alone are pinned, and said.
+    fk.pin_calls = 0, fk.pin_fail_mask = 0x1;
+    m->a.used = 0;  // the arena carves the stage's buffers afresh
+    input_stage_init(&s, &fk.be, &m->g, L, true, &m->a, note, sizeof note);
+    assert_true(fk.npins >= 1);
+    assert_int_equal(s.npinned, fk.npins);
+    assert_non_null(strstr(note, "the targets' copies are made from pageable memory (fake: locked-memory limit)"));
+    for (int i = 0; i < loader_slots(L); i++) {
+        size_t bytes;
+        const char *x = (const char *)loader_slot_x(L, i, &bytes);
+        bool found = false;
+        for (int j = 0; j < fk.npins; j++) {
+            const char *lo = fk.pins[j], *hi = lo + fk.pin_bytes[j];
+            found |= x >= lo && x + bytes <= hi;
+        }
+        assert_true(found);
+    }
     input_stage_free(&s);
     assert_int_equal(fk.npins, 0);
     // Off (distributed.deterministic): nothing pinned, every take is a plain loader_next.
@@ -351,6 +390,7 @@ static void test_failed_read_taken_early_fails_its_step(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_step_sees_its_own_batch),
+        cmocka_unit_test(test_every_step_sees_its_own_batch_values),
         cmocka_unit_test(test_a_batch_taken_early_is_given_back),
         cmocka_unit_test(test_pin_refused_and_off),
         cmocka_unit_test(test_failed_read_taken_early_fails_its_step),

@@ -98,14 +98,14 @@ void *cuda_stage(const void *host, size_t bytes) {
 
 void cuda_stage_name(const void *host, size_t bytes) { ctx.stage_of = host, ctx.stage_of_bytes = bytes; }
 
-// One reuse a naming: the loader's slots come back at the same addresses with new contents, so
-// a later call for the same array (no loss in between) copies afresh.
 const void *cuda_prestaged(const void *host, size_t bytes) {
     const char *h = (const char *)host, *lo = (const char *)ctx.pre_of;
     if (!lo || h < lo || bytes > ctx.pre_bytes || (size_t)(h - lo) > ctx.pre_bytes - bytes) return NULL;
     return (const char *)ctx.pre_dev + (h - lo);
 }
 
+// One reuse a naming: the loader's slots come back at the same addresses with new contents, so
+// a later call for the same array (no loss in between) copies afresh.
 const void *cuda_stage_find(const void *host, size_t bytes) {
     const void *pre = cuda_prestaged(host, bytes);
     if (pre) return pre;
