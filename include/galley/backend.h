@@ -99,7 +99,8 @@ typedef struct gl_backend {
     void (*upload_wait)(void);
     // Optional (device backends; NULL on the CPU, whose losses read host memory): host[0, bytes),
     // a batch's labels or targets, already has a copy at dev (an upload_async the step waits
-    // for), so the loss and metrics read dev instead of copying host again. host NULL: none.
+    // for, or an upload), so the loss and metrics read dev instead of copying host again. host
+    // NULL: none.
     void (*upload_declare)(const void *host, size_t bytes, const void *dev);
 
     // ---- optimizer (src/optim uses these when device is set; NULL on the CPU, which runs its

@@ -37,6 +37,10 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
 // Checks that the model's output fits the loss and the data (printed as FILE:LINE:COL errors).
 // data: the training split's shapes (data_shape or the loader's).
 int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FILE *err);
+// Checks that the validation split has the training split's input and target shapes, target
+// kind and classes: the model built for one evaluates the other (a FILE:LINE:COL error naming
+// both splits' files otherwise).
+int train_check_splits(const recipe_t *r, const gl_dataset *train, const gl_dataset *val, FILE *err);
 
 // SIGTERM, SIGUSR1, SIGINT: stop at the next step boundary (train_signal_pending says which).
 void train_signals_install(void);

@@ -11,7 +11,9 @@
 // Targets too, on a device backend (upload_declare): the batch's labels or values go the same
 // way into one of two device buffers, and the step declares that copy, so the loss and the
 // metrics read it instead of copying the targets on the compute stream (a U-Net's field targets
-// are hundreds of MB a batch). Every take declares: the staged batch's copy, or none.
+// are hundreds of MB a batch). A batch not staged, and each evaluation batch, has its targets
+// copied in order with the kernels into the pair beside the current input, and declared too
+// (input_stage_targets): no loss ever copies a batch of targets into a buffer of its own.
 //
 // Off for distributed.deterministic, whose parts copy row ranges of a batch one at a time.
 // A batch taken early whose read failed keeps its failure for the step that needs it.
@@ -118,7 +120,10 @@ void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_load
     // All or none, so the end summary's word for the copies holds for every batch; when the
     // targets tip the locked-memory limit, the inputs alone are still worth pinning.
     char msg[256];
-    if (pin_slots(s, s->tbuf[0] != NULL, msg, sizeof msg)) return;
+    if (pin_slots(s, s->tbuf[0] != NULL, msg, sizeof msg)) {
+        s->targets_pinned = s->tbuf[0] != NULL;
+        return;
+    }
     if (s->tbuf[0] && pin_slots(s, false, msg, sizeof msg)) {
         if (note && len)
             snprintf(note, len, "the targets' copies are made from pageable memory (%s); raise the locked-memory "
@@ -175,10 +180,12 @@ void input_stage_describe(const input_stage *s, char *buf, size_t len) {
     if (!len) return;
     buf[0] = 0;
     if (!s->on || !s->steps) return;
-    snprintf(buf, len, "input: %lld of %lld batches were ready a step ahead and copied%s %s (the rest: at their own step)",
+    snprintf(buf, len, "input: %lld of %lld batches were ready a step ahead and copied%s %s%s (the rest: at their "
+                       "own step)",
              (long long)s->early, (long long)s->steps, s->tbuf[0] ? " with their targets" : "",
              !s->be->device ? "before it" : s->npinned ? "beside it (pinned, copy stream)"
-                                                       : "beside it from pageable memory (not pinned)");
+                                                       : "beside it from pageable memory (not pinned)",
+             s->npinned && s->tbuf[0] && !s->targets_pinned ? "; the targets from pageable memory" : "");
 }
 
 void input_stage_ahead(input_stage *s, FILE *err) {

@@ -220,7 +220,8 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (setup == GL_EXIT_OK) {
         train = *loader_shape(lt), val = *loader_shape(lv);
         batch = loader_batch_capacity(lt);
-        if (graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
+        if (train_check_splits(r, &train, &val, err) != 0 ||
+            graph_build(&g, r, train.shape, batch > loader_batch_capacity(lv) ? batch : loader_batch_capacity(lv), be,
                         err) != 0 ||
             train_check_model(r, &g, &train, err) != 0)
             setup = GL_EXIT_USAGE;

@@ -71,8 +71,9 @@ typedef struct input_stage {
     bool have, failed;  // a next batch was taken early (and its read failed)
     gl_batch next;
     float *next_buf;    // where its rows went
-    void **pinned;      // the loader slots' arrays the backend pinned (inputs, then targets)
+    void **pinned;      // the page runs of the loader's slots the backend pinned (host_pin)
     int npinned;
+    bool targets_pinned;  // the runs cover the slots' targets too (else their inputs only)
     int64_t steps, early;  // batches taken, and of those staged a step ahead
 } input_stage;
 

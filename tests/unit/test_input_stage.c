@@ -51,6 +51,14 @@ static void fk_upload_async(void *dst, const void *src, size_t bytes) {
     fk.npending++, fk.copies++;
 }
 static void fk_upload_wait(void) { fk.waits++, fk_flush(); }
+// In order with the kernels (the compute stream): it must not land where a pending copy will.
+static void fk_upload(void *dst, const void *src, size_t bytes) {
+    for (int i = 0; i < fk.npending; i++) {
+        const char *a = dst, *b = fk.pending[i].dst;
+        assert_true(a + bytes <= b || b + fk.pending[i].bytes <= a);
+    }
+    memcpy(dst, src, bytes);
+}
 static void fk_upload_declare(const void *host, size_t bytes, const void *dev) {
     fk.decl_host = host, fk.decl_bytes = bytes, fk.decl_dev = dev;
     fk.declares++;
@@ -91,6 +99,7 @@ static const gl_backend *fake_backend(int pin_fail_mask) {
     fk.be.name = "fake-async";
     fk.be.upload_async = fk_upload_async;
     fk.be.upload_wait = fk_upload_wait;
+    fk.be.upload = fk_upload;
     fk.be.upload_declare = fk_upload_declare;
     fk.be.sync = fk_sync;
     fk.be.host_pin = fk_host_pin;
@@ -189,6 +198,7 @@ static void every_step_sees_its_own_batch(const char *data, gl_target_kind kind)
     assert_string_equal(note, "");
     // Every slot's inputs and targets lie inside a pinned run (neighbours share runs).
     assert_true(fk.npins >= 1 && fk.npins <= 2 * loader_slots(L));
+    assert_true(s.targets_pinned);
     for (int i = 0; i < loader_slots(L); i++) {
         size_t bytes, tbytes;
         const char *x = (const char *)loader_slot_x(L, i, &bytes), *t = loader_slot_targets(L, i, &tbytes);
@@ -313,6 +323,7 @@ static void test_pin_refused_and_off(void **st) {
     assert_true(fk.npins >= 1);
     assert_int_equal(s.npinned, fk.npins);
     assert_non_null(strstr(note, "the targets' copies are made from pageable memory (fake: locked-memory limit)"));
+    assert_false(s.targets_pinned);
     for (int i = 0; i < loader_slots(L); i++) {
         size_t bytes;
         const char *x = (const char *)loader_slot_x(L, i, &bytes);
