@@ -16,9 +16,10 @@ int cmd_check(int argc, char **argv) {
     int rc = cli_load_recipe("check", argc, argv, &r);
     if (rc) return rc > 0 ? GL_EXIT_OK : GL_EXIT_USAGE;
     gl_graph g;
-    gl_dataset d;
+    gl_dataset d, v;
     int code = GL_EXIT_OK;
-    if (data_shape(&r, SPLIT_TRAIN, &d, stderr) != 0) {
+    if (data_shape(&r, SPLIT_TRAIN, &d, stderr) != 0 || data_shape(&r, SPLIT_VAL, &v, stderr) != 0 ||
+        train_check_splits(&r, &d, &v, stderr) != 0) {
         recipe_free(&r);
         return GL_EXIT_USAGE;
     }

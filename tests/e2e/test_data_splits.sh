@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_data_splits.sh: the validation split must have the training split's shapes, since the
 # model built for one evaluates the other: a validation file with another input width is exit 2
-# before training, naming both files and shapes at data.val.files' line (it used to be read with
-# the training rows' length and scored as garbage, exit 0). Matching splits still train.
+# before training (and in `galley check`), naming both files and shapes at data.val.files' line
+# (it used to be read with the training rows' length and scored as garbage, exit 0). Matching
+# splits still train.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -47,8 +48,15 @@ assert_rc 2
 assert_contains "$ERR" "splits.yaml:6:12: error: data.val: the validation split (va3.h5) has inputs of shape [3] per sample, the training split (tr.h5) [2]"
 assert_not_contains "$OUT" "step"
 
+info "galley check says the same"
+run "$GALLEY" check splits.yaml
+assert_rc 2
+assert_contains "$ERR" "splits.yaml:6:12: error: data.val: the validation split (va3.h5) has inputs of shape [3]"
+
 info "the same on the command line"
 sed -i 's/files: va3.h5/files: va.h5/' splits.yaml
+run "$GALLEY" check splits.yaml
+assert_rc 0
 run "$GALLEY" train splits.yaml data.val.files=va3.h5
 assert_rc 2
 assert_contains "$ERR" "command line:1:16: error: data.val: the validation split (va3.h5) has inputs of shape [3]"
