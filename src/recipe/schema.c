@@ -133,7 +133,8 @@ static const key_spec data_keys[] = {
     {"train", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, train_file_keys,
      "the training split's files and dataset names", is_hdf5, "data.source is hdf5"},
     {"val", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, val_file_keys,
-     "the validation split's files and dataset names", is_hdf5, "data.source is hdf5"},
+     "the validation split's files and dataset names; its samples must have the training split's shapes",
+     is_hdf5, "data.source is hdf5"},
     {"samples", KT_ENUM, KF_DEFAULT, "stacked", NO_RANGE, samples_choices, OFF(data.samples), NULL,
      "stacked: the first axis of x and y indexes samples (many per file); per_file: each file holds one sample "
      "(DeepCAM), x and y have no sample axis",
