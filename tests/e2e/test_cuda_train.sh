@@ -2,6 +2,7 @@
 # The CUDA backend trains like the CPU backend: a few steps of recipes that use every layer kind
 # run on both devices from the same seed, and every logged training loss agrees within
 # 2e-3 relative (fp32: only summation order differs; dropout masks are bitwise the same).
+# Staged targets (input_stage.c) give the losses of unstaged ones (distributed.deterministic).
 # train.precision (auto picks bf16 or fp16 on a GPU, so the comparison sets fp32): a few steps in
 # bf16 and fp16 (and tf32) of a dense, a conv and a transposed-conv recipe train, the loss going
 # down; the banner names the precision; fp16 says its loss scale.
@@ -53,6 +54,17 @@ for c in "${cases[@]}"; do
         [[ $RC == 0 ]] || { show_run; fail "$name on the GPU without CUDA graphs: exit $RC"; }
         [[ $(losses "$OUT") == "$gpu" ]] || fail "$name: losses with CUDA graphs [$gpu] differ from eager ones [$(losses "$OUT")]"
         info "$name: replayed passes give the eager losses bit for bit"
+    fi
+    # Input staging copies each batch's targets beside the step and the loss reads that copy;
+    # distributed.deterministic (one part on one rank: the same arithmetic) stages nothing, so
+    # its loss copies the targets itself: the same losses, for masks, fields and class labels.
+    if [[ $name == deepcam-unet || $name == cosmoflow || $name == unet3d || $name == resnet18 ]]; then
+        run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cuda train.precision=fp32 \
+            distributed.deterministic=true
+        [[ $RC == 0 ]] || { show_run; fail "$name on the GPU, deterministic: exit $RC"; }
+        [[ $(losses "$OUT") == "$gpu" ]] ||
+            fail "$name: losses with staged targets [$gpu] differ from unstaged ones [$(losses "$OUT")]"
+        info "$name: staged and unstaged targets give the same losses"
     fi
 done
 # ---- reduced precisions: the loss goes down -------------------------------------------------------
