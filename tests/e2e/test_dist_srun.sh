@@ -2,7 +2,8 @@
 # test_dist_srun.sh: `srun -n 2 --mpi=pmix galley train` on a private one-node Slurm gives the
 # run that one process gives: one banner saying 2 ranks, printed by rank 0 only; the losses at
 # every logged step within 1e-5 relative; and with distributed.deterministic (parts=2) the very
-# same losses (as text) and the very same final weights.
+# same losses (as text) and the very same final weights. A set-up failure on rank 0 alone (its
+# run directory already used) ends both tasks at once with exit 2, without --kill-on-bad-exit.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -176,7 +177,19 @@ else
     done
 fi
 
+# ---- c) a set-up failure on rank 0 alone (its run directory is used) ----------------------------
+# srun without --kill-on-bad-exit leaves the other task running: it must stop at the set-up
+# agreement, not wait out distributed.timeout (60 s here) in its first collective.
+t0=$(now_ns)
+run timeout 180 srun --label -n 2 --mpi="$GL_SLURM_MPI" "$GALLEY" train "$recipe" "${common[@]}" \
+    distributed.timeout=60 --run-dir "$GL_TMP/np1"
+t_used=$(secs_since "$t0")
+[[ $RC == 2 ]] || problem "used run directory under srun: exit $RC, expected 2"
+grep -q "already holds a run" <<<"$ERR$OUT" || problem "used run directory under srun: no message saying so"
+awk -v s="$t_used" 'BEGIN { exit !(s < 30) }' || problem "used run directory under srun: took $t_used s"
+info "rank 0's used run directory under srun: exit $RC in $t_used s"
+
 if ((${#problems[@]})); then
     fail "${#problems[@]} problem(s): $(printf '\n  - %s' "${problems[@]}")"
 fi
-info "np=2 under srun matches np=1 (tolerance and bitwise modes)"
+info "np=2 under srun matches np=1 (tolerance and bitwise modes); a set-up failure ends both tasks at once"
