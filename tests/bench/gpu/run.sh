@@ -356,6 +356,10 @@ def parse_galley(r):
         r["done_sps"] = float(d.group(2))
         dm = re.match(r"([0-9.]+) MiB", d.group(4))
         r["own_mem"] = float(dm.group(1)) if dm else None
+    # What galley said about its own path: input copies (staged, pinned?), CUDA graphs, notes
+    # (a refused pin, a convolution without a 16-bit algorithm), for the notes below.
+    r["said"] = [l.strip() for l in t.splitlines()
+                 if re.match(r"^\s*(input: |CUDA graphs: |galley: note: )", l) or "runs in fp32" in l][:6]
     dw = re.search(r"^\s+data wait\s+[0-9.]+ s\s+([0-9.]+) %", t, re.M)
     if dw:
         r["data_pct"] = float(dw.group(1))
@@ -613,6 +617,8 @@ for m in models:
     g = get(m, "galley")
     if g and g.get("data_pct") is not None:
         out.append(f"- {m}: {gname} spent {g['data_pct']:.1f}% of its training time waiting for data.")
+    for line in (g or {}).get("said", []):
+        out.append(f"- {m}: {gname} said: `{line}`")
 out.append("")
 out.append("## Every run")
 out.append("")
