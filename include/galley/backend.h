@@ -20,6 +20,13 @@ extern "C" {
 
 typedef enum { ACT_RELU, ACT_LEAKY_RELU, ACT_TANH, ACT_SIGMOID, ACT_GELU } gl_act;
 
+// The activations a producing layer may apply as it stores its output (the *_forward_act ops):
+// relu, and leaky_relu with a slope >= 0, for which y > 0 exactly where x > 0, so the
+// activation's backward can read y in place of x.
+static inline bool gl_act_storable(gl_act act, float slope) {
+    return act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f);
+}
+
 // A sum of doubles over ranks, in place (sync_batchnorm); every rank calls it in the same order.
 typedef struct {
     void (*sum)(void *ctx, double *buf, int count);

@@ -250,7 +250,6 @@ int train_evaluate(train_ctx *c, gl_loader *lv, gl_metrics *m, int64_t step, FIL
     metrics_reset(m);
     c->step = step;
     c->staged = false;  // evaluation batches are copied by each part as it goes
-    if (c->be->upload_declare) c->be->upload_declare(NULL, 0, NULL);  // the last training batch's
     train_share_state(c, step);
     for (int64_t i = 0, nb = loader_batches_per_epoch(lv); i < nb; i++) {
         gl_batch b;

@@ -482,7 +482,7 @@ void cpu_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const
                           const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                           const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                           float *scratch, int64_t scratch_floats, gl_act act, float slope) {
-    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+    GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
     conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
@@ -509,7 +509,7 @@ void cpu_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t gro
                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
                                     const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                     float *scratch, int64_t scratch_floats, gl_act act, float slope) {
-    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+    GL_CHECK(gl_act_storable(act, slope),
              "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
     convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});

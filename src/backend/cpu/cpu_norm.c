@@ -92,7 +92,7 @@ void cpu_batch_norm_forward(int64_t n, int64_t c, int64_t s, const float *x, con
 void cpu_batch_norm_forward_act(int64_t n, int64_t c, int64_t s, const float *x, const float *gamma,
                                 const float *beta, float eps, int train, float momentum, float *running, float *saved,
                                 float *y, const gl_reducer *red, gl_act act, float slope) {
-    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+    GL_CHECK(gl_act_storable(act, slope),
              "batch_norm_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     bn_forward(n, c, s, x, gamma, beta, eps, train, momentum, running, saved, y, red,
                (cpu_store_act){.on = true, .act = act, .slope = slope});

@@ -1050,7 +1050,7 @@ void cuda_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, cons
                            const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                            float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     (void)scratch, (void)scratch_floats;
-    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+    GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     conv_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
 }
@@ -1128,7 +1128,7 @@ void cuda_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t gr
                                      const int64_t p[3], const float *x, const float *w, const float *b, float *y,
                                      float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     (void)scratch, (void)scratch_floats;
-    GL_CHECK(act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f),
+    GL_CHECK(gl_act_storable(act, slope),
              "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     convt_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
 }

@@ -37,11 +37,11 @@ static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train)
     be->act_forward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.data);
 }
 
-// relu and leaky_relu (slope >= 0, as its key allows): y > 0 exactly where x > 0, so backward's
-// test on its input reads the same from the fused output (act_done: the input buffer holds y).
+// backend.h's gl_act_storable: backward's test on its input reads the same from the fused
+// output (act_done: the input buffer holds y).
 static bool act_fusable(const layer_t *l, gl_act *act, float *slope) {
     *act = act_of(l), *slope = slope_of(l);
-    return *act == ACT_RELU || (*act == ACT_LEAKY_RELU && *slope >= 0.0f);
+    return gl_act_storable(*act, *slope);
 }
 
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {

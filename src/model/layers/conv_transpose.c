@@ -171,7 +171,7 @@ static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
 
 static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
     (void)l;
-    return be->conv_transpose_forward_act && (act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f));
+    return be->conv_transpose_forward_act && gl_act_storable(act, slope);
 }
 
 static void convt_backward(layer_t *l, const gl_backend *be, int64_t n) {

@@ -84,7 +84,7 @@ static void bn_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) 
 
 static bool bn_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
     (void)l;
-    return be->batch_norm_forward_act && (act == ACT_RELU || (act == ACT_LEAKY_RELU && slope >= 0.0f));
+    return be->batch_norm_forward_act && gl_act_storable(act, slope);
 }
 
 static void bn_backward(layer_t *l, const gl_backend *be, int64_t n) {
