@@ -58,6 +58,9 @@ typedef struct gl_backend {
     const char *name;
     // ---- memory (src/core/arena.c and the training loop) ----
     int device;  // 1: tensors live on a GPU (see Memory above); 0: host memory
+    // 1: the convolution ops keep their own workspace (cuDNN's) and take scratch NULL, 0; the
+    // graph then carves no im2col space for them. 0: they need the caller's (the CPU's im2col).
+    int own_conv_workspace;
     // The run's arena: `bytes` zeroed bytes aligned to at least 256, or NULL when short.
     void *(*mem_alloc)(size_t bytes);
     void (*mem_free)(void *p);

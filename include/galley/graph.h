@@ -21,7 +21,11 @@ typedef struct {
     float *params, *grads;
     size_t bytes;       // arena bytes graph_bind will take
     int64_t flops;      // forward flops per sample
-    int64_t act_floats; // activation floats per sample (data + grad)
+    int64_t act_floats; // activation floats per sample: the input, the outputs and grad_floats
+    int64_t grad_floats;  // the outputs' gradients' pool, floats per sample (graph_plan.c)
+    int64_t work_floats;  // the layers' shared in-call work buffer (layer_t.work), floats
+    bool grads_kept;      // graph_keep_grads: every output has a gradient buffer of its own
+    float *grad_pool, *work;
     const gl_backend *be;
     uint64_t seed;      // for per-step randomness in layers (dropout)
     int64_t step;       // the optimizer step the next forward belongs to
@@ -42,12 +46,18 @@ typedef struct {
 // "FILE:LINE:COL: error: model.layers[i] (name): ..." to err and returns -1.
 int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be,
                 FILE *err);
+// Gives every output a gradient buffer of its own instead of sharing the pool by lifetime
+// (graph_plan.c), so that all of them still hold their values after backward: for tests that
+// read them. Before graph_bind; g->bytes grows to match.
+void graph_keep_grads(gl_graph *g);
 // Carves parameters, gradients and activations from the arena (g->bytes of it).
 void graph_bind(gl_graph *g, gl_arena *a);
 void graph_init_params(gl_graph *g, uint64_t seed);
 // Runs rows [0, n) of the batch through the model (g->step and g->seed reach the layers).
 void graph_forward(gl_graph *g, int64_t n, bool train);
-// Expects graph_output(g)->grad filled; zeroes and fills every other gradient.
+// Expects graph_output(g)->grad filled; zeroes and fills every other gradient. Outputs'
+// gradients share memory by lifetime: afterwards only those of layer 0's output and the
+// parameters (g->grads) are sure to hold their values (graph_keep_grads keeps all).
 void graph_backward(gl_graph *g, int64_t n);
 gl_tensor *graph_output(gl_graph *g);
 // train.cuda_graphs on a backend that records (CUDA): from here on graph_forward and

@@ -65,8 +65,16 @@ struct layer {
     int64_t batch;
     // Sized by infer, carved by graph_bind from the arena:
     int64_t state_floats;    // persistent non-trainable state (e.g. batch-norm running stats)
-    int64_t scratch_floats;  // per-step memory kept from forward to backward (e.g. im2col, argmax)
+    int64_t scratch_floats;  // per-step memory kept from forward to backward (e.g. argmax, dropout's mask)
     float *state, *scratch;
+    // Sized by infer: memory used only inside one forward or backward call (the CPU's im2col
+    // columns). Every layer's is the same buffer, as large as the largest (graph_bind); none
+    // where the backend keeps its own (gl_backend.own_conv_workspace: work_floats is then 0).
+    int64_t work_floats;
+    float *work;
+    // Set by graph_build: where this output's gradient lies in the gradients' pool, in floats
+    // per sample (graph_plan.c; times the batch capacity once bound).
+    int64_t grad_off;
     // Set by the graph before each forward: for per-step randomness (dropout) keyed by
     // (seed, RNG_DROPOUT, step, index).
     uint64_t seed;

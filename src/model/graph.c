@@ -102,14 +102,18 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
             g->nparams += l->params[p].size;
         }
         g->flops += l->flops;
-        act += 2 * l->out.size;  // data + grad
+        act += l->out.size;
         extra += (double)l->state_floats + (double)l->scratch_floats;
+        if (be->own_conv_workspace) l->work_floats = 0;
+        if (l->work_floats > g->work_floats) g->work_floats = l->work_floats;
     }
     if (r->model.fuse) act -= graph_fuse_acts(g);
-    g->act_floats = act + g->input.size;
-    // Plan: params + grads, input, and every layer's output data + grad, for `batch` rows.
-    double floats = 2.0 * (double)g->nparams + (double)g->act_floats * (double)batch + extra;
-    g->bytes = (size_t)(floats * sizeof(float)) + (size_t)(4 * g->nlayers + 4) * GL_ARENA_ALIGN;
+    g->grad_floats = graph_plan_grads(g, true);
+    g->act_floats = act + g->input.size + g->grad_floats;
+    // Plan: params + grads, input, every layer's output, the gradients' pool (all for `batch`
+    // rows), the layers' state and scratch, one work buffer.
+    double floats = 2.0 * (double)g->nparams + (double)g->act_floats * (double)batch + extra + (double)g->work_floats;
+    g->bytes = (size_t)(floats * sizeof(float)) + (size_t)(3 * g->nlayers + 6) * GL_ARENA_ALIGN;
     if (floats * sizeof(float) > 1e15) {
         fprintf(err, "%s: error: the model needs %.3g bytes at batch %lld; reduce the batch or the model\n", r->file,
                 floats * sizeof(float), (long long)batch);
@@ -118,17 +122,29 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
     return 0;
 }
 
+void graph_keep_grads(gl_graph *g) {
+    if (g->grads_kept) return;
+    int64_t kept = graph_plan_grads(g, false);
+    g->bytes += (size_t)((kept - g->grad_floats) * g->batch) * sizeof(float);
+    g->act_floats += kept - g->grad_floats;
+    g->grad_floats = kept;
+    g->grads_kept = true;
+}
+
 void graph_bind(gl_graph *g, gl_arena *a) {
     g->params = arena_floats(a, g->nparams);
     g->grads = arena_floats(a, g->nparams);
     g->input.data = arena_floats(a, g->input.size * g->batch);
     g->input.grad = NULL;  // nothing upstream of the data
+    g->grad_pool = arena_floats(a, g->grad_floats * g->batch);
+    g->work = g->work_floats ? arena_floats(a, g->work_floats) : NULL;
     for (int i = 0; i < g->nlayers; i++) {
         layer_t *l = &g->layers[i];
         // a fused activation's output is its producer's (graph_fuse_acts)
         l->out.data = l->act_done || l->act_inplace ? g->layers[i - 1].out.data
                                                     : arena_floats(a, l->out.size * g->batch);
-        l->out.grad = arena_floats(a, l->out.size * g->batch);
+        l->out.grad = g->grad_pool + l->grad_off * g->batch;
+        l->work = l->work_floats ? g->work : NULL;
         l->state = l->state_floats ? arena_floats(a, l->state_floats) : NULL;
         l->scratch = l->scratch_floats ? arena_floats(a, l->scratch_floats) : NULL;
         if (l->nparams) {
@@ -228,7 +244,7 @@ static void human_bytes(double b, char *buf, size_t len) {
 void graph_summary(const gl_graph *g, FILE *out) {
     char shape[64], mem[32];
     fprintf(out, "%-4s %-20s %-12s %-18s %12s %14s %12s\n", "#", "layer", "type", "output", "params",
-            "FLOPs/sample", "act/sample");
+            "FLOPs/sample", "out/sample");
     shape_format(&g->input.shape, shape, sizeof shape);
     human_bytes((double)g->input.size * sizeof(float), mem, sizeof mem);
     fprintf(out, "%-4s %-20s %-12s %-18s %12d %14d %12s\n", "-", "input", "-", shape, 0, 0, mem);
@@ -237,15 +253,27 @@ void graph_summary(const gl_graph *g, FILE *out) {
         int64_t np = 0;
         for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
         shape_format(&l->out.shape, shape, sizeof shape);
-        human_bytes((double)l->out.size * (l->act_done || l->act_inplace ? 1 : 2) * sizeof(float), mem, sizeof mem);
+        // a fused activation's output is its producer's buffer (graph_fuse_acts)
+        if (l->act_done || l->act_inplace) snprintf(mem, sizeof mem, "shared");
+        else human_bytes((double)l->out.size * sizeof(float), mem, sizeof mem);
         fprintf(out, "%-4d %-20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,
                 (long long)np, (long long)l->flops, mem);
     }
-    char pm[32], am[32];
+    char pm[32], am[32], gm[32], sm[32], wm[32];
     human_bytes((double)g->nparams * sizeof(float), pm, sizeof pm);
     human_bytes((double)g->act_floats * sizeof(float) * (double)g->batch, am, sizeof am);
+    human_bytes((double)g->grad_floats * sizeof(float) * (double)g->batch, gm, sizeof gm);
+    int64_t all = 0;  // the gradients' floats per sample were each output to keep its own
+    for (int i = 0; i < g->nlayers; i++) all += g->layers[i].out.size;
+    human_bytes((double)all * sizeof(float) * (double)g->batch, sm, sizeof sm);
+    human_bytes((double)g->work_floats * sizeof(float), wm, sizeof wm);
     fprintf(out, "total: %lld parameters (%s), %.4g MFLOPs forward per sample, activations %s at batch %lld\n",
             (long long)g->nparams, pm, (double)g->flops / 1e6, am, (long long)g->batch);
+    if (g->grads_kept)
+        fprintf(out, "  of which the outputs' gradients take %s, each its own", gm);
+    else
+        fprintf(out, "  of which the outputs' gradients take %s, shared by lifetime (%s were each its own)", gm, sm);
+    fprintf(out, "; the layers share %s of work space\n", wm);
 }
 
 void graph_free(gl_graph *g) {

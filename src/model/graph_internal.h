@@ -13,6 +13,10 @@ void graph_run_backward(gl_graph *g, int64_t n);
 // Replays (recording it first when due) the pass instead of running it: true when it did, false
 // when the caller must run the pass itself (recording off or impossible, or its first run).
 bool graph_replay_pass(gl_graph *g, int64_t n, bool train, bool backward);
+// Places each output's gradient in the pool (layer_t.grad_off; graph_plan.c), sharing memory
+// between gradients never live at once when `share`, else one after another. Returns the
+// pool's floats per sample.
+int64_t graph_plan_grads(gl_graph *g, bool share);
 // Frees the recordings (graph_free).
 void graph_replay_free(gl_graph *g);
 

@@ -852,8 +852,13 @@ static void test_conv_parameters_follow_pytorch(void **state) {
     assert_int_equal(b->out.shape.d[1], 14);
     assert_int_equal(b->out.shape.d[2], 16);
     // Scratch: the whole batch of columns fits in 64 MiB here.
-    assert_int_equal(a->scratch_floats, 2 * (4 * 9 + 6) * 7 * 8);
-    assert_int_equal(b->scratch_floats, 2 * (4 * 4 + 6) * 7 * 8);
+    assert_int_equal(a->work_floats, 2 * (4 * 9 + 6) * 7 * 8);
+    assert_int_equal(b->work_floats, 2 * (4 * 4 + 6) * 7 * 8);
+    // Used only inside each call: one buffer for both, as large as the larger.
+    assert_int_equal(m.g.work_floats, a->work_floats);
+    assert_non_null(m.g.work);
+    assert_ptr_equal(a->work, m.g.work);
+    assert_ptr_equal(b->work, m.g.work);
     tl_model_free(&m);
 
     // 3D: [filters, C/groups, k, k, k] (folded to 4 dimensions while gl_shape holds 4).
@@ -879,14 +884,14 @@ static void test_conv_parameters_follow_pytorch(void **state) {
 
     // 1x1 stride 1 unpadded: no scratch at all; a huge sample: one sample of scratch.
     tl_model_build(&m, "    - {type: conv, filters: 5, kernel: 1}\n", (gl_shape){3, {3, 8, 8}}, 4);
-    assert_int_equal(m.g.layers[0].scratch_floats, 0);
+    assert_int_equal(m.g.layers[0].work_floats, 0);
     tl_model_free(&m);
     recipe_t rr;
     char *yaml = tl_recipe_text("    - {type: conv, filters: 8, kernel: 3, padding: same}\n");
     tl_recipe(&rr, yaml, 0, NULL);
     gl_graph g;
     assert_int_equal(graph_build(&g, &rr, (gl_shape){4, {4, 64, 64, 64}}, 16, backend_cpu(), stderr), 0);
-    assert_int_equal(g.layers[0].scratch_floats, (4 * 27 + 8) * 64 * 64 * 64);  // 122 MB > 64 MiB: one sample
+    assert_int_equal(g.layers[0].work_floats, (4 * 27 + 8) * 64 * 64 * 64);  // 122 MB > 64 MiB: one sample
     graph_free(&g);
     recipe_free(&rr);
     free(yaml);

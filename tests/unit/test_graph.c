@@ -59,7 +59,15 @@ static void test_shape_inference_and_plan(void **state)
     // Input, then data + grad per layer, but r shares h's data buffer (graph_fuse_acts, in place).
     assert_true(g->layers[2].act_inplace);
     assert_ptr_equal(g->layers[2].out.data, g->layers[1].out.data);
-    assert_int_equal(g->act_floats, 24 + 2 * (24 + 7 + 7 + 3) - 7);
+    // Input, outputs (r's being h's), and the gradients' pool: per sample, in 16-float (64-byte)
+    // slots, t's 32 at 0, h's 16 at 32 (live with t's: h's backward writes t's), r's 16 at 0 (t's
+    // and r's are never live at once) and out's 16 at 16: 48 floats, where 80 kept each its own.
+    assert_int_equal(g->grad_floats, 48);
+    assert_int_equal(g->act_floats, 24 + (24 + 7 + 7 + 3) - 7 + 48);
+    assert_int_equal(g->layers[0].grad_off, 0);
+    assert_int_equal(g->layers[1].grad_off, 32);
+    assert_int_equal(g->layers[2].grad_off, 0);
+    assert_int_equal(g->layers[3].grad_off, 16);
     assert_true(g->bytes >= (size_t)(2 * g->nparams + g->act_floats * g->batch) * sizeof(float));
     // Bound: every tensor carved, aligned, inside the arena, grads where they belong.
     assert_true(m.a.used <= m.a.cap);
@@ -263,11 +271,24 @@ static void fill_grads_nan(gl_graph *g)
         for (int64_t j = 0; j < N * g->layers[i].out.size; j++) g->layers[i].out.grad[j] = __builtin_nanf("");
 }
 
+// tl_model_build with every output's gradient kept (graph_keep_grads): for the tests that
+// compare every output's gradient after backward.
+static void build_kept(tl_model *m, const char *layers, gl_shape input)
+{
+    char *errors = NULL;
+    if (tl_model_try_keep(m, layers, input, N, backend_cpu(), true, &errors) != 0) {
+        char copy[2048];
+        snprintf(copy, sizeof copy, "%s", errors ? errors : "");
+        free(errors);
+        fail_msg("model did not build:\n%s", copy);
+    }
+}
+
 static void test_first_writers_write_gradients_whole(void **state)
 {
     (void)state;
     tl_model m;
-    tl_model_build(&m, "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+    build_kept(&m, "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
                        "    - {type: relu, name: r1}\n"
                        "    - {type: max_pool, kernel: 2, name: p1}\n"
                        "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
@@ -277,7 +298,7 @@ static void test_first_writers_write_gradients_whole(void **state)
                        "    - {type: tanh, name: t}\n"
                        "    - {type: flatten}\n"
                        "    - {type: dense, units: 3, name: head}\n",
-                   (gl_shape){3, {2, 9, 9}}, N);
+                   (gl_shape){3, {2, 9, 9}});
     gl_graph *g = &m.g;
     tl_fill_uniform(g->input.data, N * g->input.size, -1, 1, 70);
     tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 71);
@@ -358,8 +379,8 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
     tl_model mf, mu;
     char *errors = NULL;
-    assert_int_equal(tl_model_try_on(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), &errors), 0);
-    assert_int_equal(tl_model_try_on(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), &errors), 0);
+    assert_int_equal(tl_model_try_keep(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
+    assert_int_equal(tl_model_try_keep(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
     free(unfused);
     gl_graph *f = &mf.g, *u = &mu.g;
     const char *const stored[] = {"r1", "r2", "rb", "rt", "r3"}, *const in_place[] = {"rd"};
@@ -417,6 +438,92 @@ static void test_activation_fusion_keeps_the_bits(void **state)
 }
 
 // ---- non-finite detection -----------------------------------------------------------------------
+
+// Backward's gradients share memory by lifetime (graph_plan.c): an output's gradient lives from
+// its last reader's backward (the loss's, for the model's output) down to its own layer's. On a
+// model with skips, concatenation, a residual add, a tensor read twice by one layer and a dead
+// branch: no two gradients live at once overlap (spans derived here from the wiring), the pool
+// is smaller than one buffer each, and forward and backward give the bits of the same model with
+// every gradient kept: parameter gradients, the output, and layer 0's output gradient (the last
+// one backward writes).
+static void test_gradients_share_memory_by_lifetime(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                         "    - {type: relu, name: a1}\n"
+                         "    - {type: max_pool, kernel: 2, name: p1}\n"
+                         "    - {type: conv, filters: 6, kernel: 3, padding: 1, name: c2}\n"
+                         "    - {type: batch_norm, name: bn}\n"
+                         "    - {type: leaky_relu, slope: 0.1, name: a2}\n"
+                         "    - {type: tanh, inputs: [a2], name: dead}\n"
+                         "    - {type: add, inputs: [a2, a2], name: twice}\n"
+                         "    - {type: conv_transpose, filters: 4, kernel: 2, stride: 2, inputs: [twice], name: up}\n"
+                         "    - {type: concat, inputs: [up, a1], name: cat}\n"
+                         "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c3}\n"
+                         "    - {type: add, inputs: [c3, a1], name: res}\n"
+                         "    - {type: flatten}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    const gl_shape in = {3, {2, 8, 8}};
+    tl_model mp, mk;
+    char *errors = NULL;
+    if (tl_model_try_keep(&mp, layers, in, N, backend_cpu(), false, &errors) != 0) fail_msg("%s", errors);
+    build_kept(&mk, layers, in);
+    gl_graph *p = &mp.g, *k = &mk.g;
+    assert_false(p->grads_kept);
+    assert_true(k->grads_kept);
+    // The plan: spans from the wiring, then every pair live at once checked for overlap.
+    const int n = p->nlayers;
+    int64_t kept = 0;
+    for (int i = 0; i < n; i++) {
+        const layer_t *li = &p->layers[i];
+        int top = i == n - 1 ? n : i;
+        for (int j = i + 1; j < n; j++)
+            for (int q = 0; q < p->layers[j].nin; q++)
+                if (p->layers[j].in[q] == &li->out) top = j;
+        kept += (li->out.size + 15) / 16 * 16;
+        assert_true(li->grad_off % 16 == 0);
+        assert_true(li->grad_off + li->out.size <= p->grad_floats);
+        for (int j = 0; j < i; j++) {
+            const layer_t *lj = &p->layers[j];
+            int topj = j == n - 1 ? n : j;
+            for (int jj = j + 1; jj < n; jj++)
+                for (int q = 0; q < p->layers[jj].nin; q++)
+                    if (p->layers[jj].in[q] == &lj->out) topj = jj;
+            bool live_together = j <= top && i <= topj;
+            bool apart = lj->out.grad + N * lj->out.size <= li->out.grad || li->out.grad + N * li->out.size <= lj->out.grad;
+            if (live_together && !apart)
+                fail_msg("%s's gradient (live %d..%d) and %s's (live %d..%d) overlap", li->cfg->name, top, i,
+                         lj->cfg->name, topj, j);
+        }
+    }
+    assert_int_equal(k->grad_floats, kept);
+    assert_true(p->grad_floats < k->grad_floats);
+    assert_int_equal(p->act_floats - p->grad_floats, k->act_floats - k->grad_floats);
+    assert_true(p->bytes < k->bytes);
+    // The same bits as with every gradient kept.
+    tl_fill_uniform(p->input.data, N * p->input.size, -1, 1, 90);
+    tl_fill_uniform(p->params, p->nparams, -0.5, 0.5, 91);
+    memcpy(k->input.data, p->input.data, sizeof(float) * (size_t)(N * p->input.size));
+    memcpy(k->params, p->params, sizeof(float) * (size_t)p->nparams);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 92);
+    wctx cp = {p, r}, ck = {k, r};
+    fill_grads_nan(p);
+    fill_grads_nan(k);
+    backward_with(&cp);
+    backward_with(&ck);
+    const gl_tensor *op = graph_output(p), *ok = graph_output(k);
+    assert_memory_equal(op->data, ok->data, sizeof(float) * (size_t)(N * op->size));
+    for (int64_t j = 0; j < p->nparams; j++)
+        if (memcmp(&p->grads[j], &k->grads[j], sizeof(float)) || isnan(p->grads[j]))
+            fail_msg("grads[%lld]: shared %a, kept %a", (long long)j, p->grads[j], k->grads[j]);
+    const gl_tensor *g0p = &p->layers[0].out, *g0k = &k->layers[0].out;
+    for (int64_t j = 0; j < N * g0p->size; j++)
+        if (memcmp(&g0p->grad[j], &g0k->grad[j], sizeof(float)) || isnan(g0p->grad[j]))
+            fail_msg("c1.grad[%lld]: shared %a, kept %a", (long long)j, g0p->grad[j], g0k->grad[j]);
+    tl_model_free(&mp);
+    tl_model_free(&mk);
+}
 
 static void test_first_nonfinite(void **state)
 {
@@ -575,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
+        cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_summary_lists_every_layer),
         cmocka_unit_test(test_init_params),

@@ -123,10 +123,11 @@ typedef struct {
 } tl_model;
 
 // Builds and binds the model of a model.layers fragment for the given input shape and batch, on
-// backend be. Returns 0, or -1 with the recipe or graph_build messages in *errors (caller frees;
-// NULL: not wanted) and nothing left to free.
-static inline int tl_model_try_on(tl_model *m, const char *layers, gl_shape input, int64_t batch,
-                                  const gl_backend *be, char **errors)
+// backend be; keep_grads: every output keeps its own gradient (graph_keep_grads), for tests that
+// read them after backward. Returns 0, or -1 with the recipe or graph_build messages in *errors
+// (caller frees; NULL: not wanted) and nothing left to free.
+static inline int tl_model_try_keep(tl_model *m, const char *layers, gl_shape input, int64_t batch,
+                                    const gl_backend *be, bool keep_grads, char **errors)
 {
     memset(m, 0, sizeof *m);
     char *yaml = tl_recipe_text(layers);
@@ -148,9 +149,17 @@ static inline int tl_model_try_on(tl_model *m, const char *layers, gl_shape inpu
     }
     free(text);
     if (errors) *errors = NULL;
+    if (keep_grads) graph_keep_grads(&m->g);
     arena_init(&m->a, m->g.bytes);
     graph_bind(&m->g, &m->a);
     return 0;
+}
+
+// tl_model_try_keep with the gradients shared by lifetime, as in training.
+static inline int tl_model_try_on(tl_model *m, const char *layers, gl_shape input, int64_t batch,
+                                  const gl_backend *be, char **errors)
+{
+    return tl_model_try_keep(m, layers, input, batch, be, false, errors);
 }
 
 // tl_model_try_on the CPU backend.

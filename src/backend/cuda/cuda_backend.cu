@@ -251,6 +251,7 @@ static int cu_set_precision(int precision, char *msg, size_t len) {
 static const gl_backend cuda_table = {
     .name = "cuda",
     .device = 1,
+    .own_conv_workspace = 1,
     .mem_alloc = cu_mem_alloc,
     .mem_free = cu_mem_free,
     .sync = cu_sync,

@@ -143,8 +143,8 @@ static int convt_infer(layer_t *l, char *err, size_t errlen) {
     bool direct = t == 1 && g.s[0] * g.s[1] * g.s[2] == 1 && !g.p[0] && !g.p[1] && !g.p[2] &&
                   g.out[0] == g.in[0] && g.out[1] == g.in[1] && g.out[2] == g.in[2];
     double per_sample = ((double)g.f * taps + (double)g.c) * in_pos;
-    l->scratch_floats = conv_scratch_floats(direct ? 0 : per_sample, (int64_t)in_pos, l->batch);
-    if (l->scratch_floats < 0) {
+    l->work_floats = conv_scratch_floats(direct ? 0 : per_sample, (int64_t)in_pos, l->batch);
+    if (l->work_floats < 0) {
         snprintf(err, errlen, "the col2im columns of one sample would take %.3g floats; reduce the input size",
                  per_sample);
         return -1;
@@ -163,10 +163,10 @@ static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
     if (l->store_act_on)  // y = act(convt(x) + b): the activation after this layer, fused (graph_build)
         be->conv_transpose_forward_act(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w,
-                                       b, l->out.data, l->scratch, l->scratch_floats, l->store_act, l->store_slope);
+                                       b, l->out.data, l->work, l->work_floats, l->store_act, l->store_slope);
     else
         be->conv_transpose_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
-                                   l->out.data, l->scratch, l->scratch_floats);
+                                   l->out.data, l->work, l->work_floats);
 }
 
 static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
@@ -178,7 +178,7 @@ static void convt_backward(layer_t *l, const gl_backend *be, int64_t n) {
     convt_geom g = geometry_of(l);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
     be->conv_transpose_backward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w,
-                                l->out.grad, l->dw, db, l->in[0]->grad, l->scratch, l->scratch_floats);
+                                l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_floats);
 }
 
 const layer_kind layer_conv_transpose = {
