@@ -68,12 +68,14 @@ static int add_file(h5src *s, int *cap, const char *path) {
 
 static int has_glob(const char *p) { return strpbrk(p, "*?[") != NULL; }
 
-static int add_pattern(h5src *s, int *cap, const char *pat, const char *key, FILE *err) {
+// `where`: "FILE:LINE:COL: error: KEY" of the recipe key that named the files (recipe_mark),
+// the start of every message about them.
+static int add_pattern(h5src *s, int *cap, const char *pat, const char *where, FILE *err) {
     if (!has_glob(pat)) return add_file(s, cap, pat);
     glob_t g;
     int rc = glob(pat, 0, NULL, &g);
     if (rc != 0) {
-        fprintf(err, "galley: error: %s: no file matches '%s'\n", key, pat);
+        fprintf(err, "%s: no file matches '%s'\n", where, pat);
         if (rc != GLOB_NOMATCH) globfree(&g);
         return -1;
     }
@@ -89,7 +91,7 @@ static char *trim(char *t) {
     return t;
 }
 
-static int list_files(h5src *s, const char *spec, const char *key, FILE *err) {
+static int list_files(h5src *s, const char *spec, const char *where, FILE *err) {
     int cap = 0;
     char *buf = gl_xstrdup(spec), *save = NULL;
     int rc = 0;
@@ -97,25 +99,25 @@ static int list_files(h5src *s, const char *spec, const char *key, FILE *err) {
         tok = trim(tok);
         if (!*tok) continue;
         if (tok[0] != '@') {
-            rc = add_pattern(s, &cap, tok, key, err);
+            rc = add_pattern(s, &cap, tok, where, err);
             continue;
         }
         FILE *lf = fopen(tok + 1, "r");
         if (!lf) {
-            fprintf(err, "galley: error: %s: cannot read the file list %s: %s\n", key, tok + 1, strerror(errno));
+            fprintf(err, "%s: cannot read the file list %s: %s\n", where, tok + 1, strerror(errno));
             rc = -1;
             break;
         }
         char line[4096];
         while (!rc && fgets(line, sizeof line, lf)) {
             char *l = trim(line);
-            if (*l && *l != '#') rc = add_pattern(s, &cap, l, key, err);
+            if (*l && *l != '#') rc = add_pattern(s, &cap, l, where, err);
         }
         fclose(lf);
     }
     free(buf);
     if (!rc && s->nfiles == 0) {
-        fprintf(err, "galley: error: %s names no files\n", key);
+        fprintf(err, "%s: names no files\n", where);
         rc = -1;
     }
     return rc;
@@ -161,17 +163,23 @@ static void shape_words(int rank, const hsize_t *d, char *buf, size_t len) {
     if (k < len) snprintf(buf + k, len - k, "]");
 }
 
-static hid_t open_file(const char *path, FILE *err) {
+// where: as for add_pattern.
+static hid_t open_file(const char *path, const char *where, FILE *err) {
     hid_t fapl = h5_fapl();
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);
     if (f < 0 && err) {
         if (access(path, R_OK) != 0)
-            fprintf(err, "galley: error: cannot open %s: %s\n", path, strerror(errno));
+            fprintf(err, "%s: cannot open %s: %s\n", where, path, strerror(errno));
         else
-            fprintf(err, "galley: error: %s is not a readable HDF5 file (truncated or corrupt?)\n", path);
+            fprintf(err, "%s: %s is not a readable HDF5 file (truncated or corrupt?)\n", where, path);
     }
     return f;
+}
+
+static void where_of(const recipe_t *r, const char *key, char *buf, size_t len) {
+    yt_mark m = recipe_mark(r, key);
+    snprintf(buf, len, "%s:%d:%d: error: %s", m.file, m.line, m.col, key);
 }
 
 // Opens dataset name of f and returns its dims (the whole dataset); checks the dtype.
@@ -341,7 +349,9 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
                          "file\n", std ? "standard" : "minmax", std ? "mean" : "min", std ? "std" : "max");
             rc = -1;
         } else {
-            hid_t f = open_file(r->data.stats, err);
+            char where[512];
+            where_of(r, "data.stats", where, sizeof where);
+            hid_t f = open_file(r->data.stats, where, err);
             if (f < 0) {
                 rc = -1;
             } else {
@@ -388,11 +398,13 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
     s->normalize = r->data.normalize;
     s->classes = r->data.target == DATA_TARGET_VALUES ? 0 : r->data.classes;
     s->crop = r->data.crop;
-    if (!files || list_files(s, files, key, err) != 0) goto fail;
+    char where[512];
+    where_of(r, key, where, sizeof where);
+    if (!files || list_files(s, files, where, err) != 0) goto fail;
 
     for (int i = 0; i < s->nfiles; i++) {
         const char *path = s->files[i].path;
-        hid_t f = open_file(path, err);
+        hid_t f = open_file(path, where, err);
         if (f < 0) goto fail;
         int xr, yr;
         hsize_t xd[8], yd[8];
@@ -441,7 +453,7 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
         s->n += n;
     }
     if (s->n == 0) {
-        fprintf(err, "galley: error: %s: the files hold no samples\n", key);
+        fprintf(err, "%s: the files hold no samples\n", where);
         goto fail;
     }
     if (s->crop > 0) {

@@ -338,10 +338,11 @@ static void test_errors_name_file_and_dataset(void **st) {
     snprintf(g, sizeof g, "%s", path_in("good.h5"));
 
     snprintf(spec, sizeof spec, "files: %s/missing.h5, x: g/x, y: g/y", dir);
-    open_fails(spec, "", (const char *const[]){"missing.h5", "No such file", NULL});
+    // File errors start at the recipe key that named the files: "FILE:LINE:COL: error: data.train.files: ..."
+    open_fails(spec, "", (const char *const[]){"missing.h5", "No such file", ": error: data.train.files: cannot open", NULL});
 
     snprintf(spec, sizeof spec, "files: '%s/nomatch-*.h5'", dir);
-    open_fails(spec, "", (const char *const[]){"no file matches", "nomatch-*.h5", NULL});
+    open_fails(spec, "", (const char *const[]){"error: data.train.files: no file matches", "nomatch-*.h5", NULL});
 
     snprintf(spec, sizeof spec, "files: %s, x: g/nope, y: g/y", g);
     open_fails(spec, "", (const char *const[]){"good.h5", "no dataset 'g/nope'", "g", NULL});
@@ -396,7 +397,7 @@ static void test_errors_name_file_and_dataset(void **st) {
     snprintf(cmd, sizeof cmd, "head -c 1000 %s > %s", g, path_in("trunc.h5"));
     assert_int_equal(system(cmd), 0);
     snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", path_in("trunc.h5"));
-    open_fails(spec, "", (const char *const[]){"trunc.h5", "not a readable HDF5 file", NULL});
+    open_fails(spec, "", (const char *const[]){"error: data.train.files: ", "trunc.h5", "not a readable HDF5 file", NULL});
 
     // Crop larger than the samples; normalisation without values.
     snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", g);
