@@ -273,7 +273,9 @@ void graph_summary(const gl_graph *g, FILE *out) {
         fprintf(out, "  of which the outputs' gradients take %s, each its own", gm);
     else
         fprintf(out, "  of which the outputs' gradients take %s, shared by lifetime (%s were each its own)", gm, sm);
-    fprintf(out, "; the layers share %s of work space\n", wm);
+    if (g->work_floats)  // the CPU's im2col columns (layer_t.work)
+        fprintf(out, "; the convolutions share %s of im2col space (none on a GPU: cuDNN has its own)", wm);
+    fputc('\n', out);
 }
 
 void graph_free(gl_graph *g) {

@@ -525,6 +525,68 @@ static void test_gradients_share_memory_by_lifetime(void **state)
     tl_model_free(&mk);
 }
 
+// The same on random wirings: dense, relu, tanh, add and concat layers reading any earlier
+// tensors (some read twice, some by nobody), 40 models: the shared pool gives the bits of the
+// kept one, and layer 0's gradient too.
+static void test_gradient_sharing_on_random_graphs(void **state)
+{
+    (void)state;
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (int model = 0; model < 40; model++) {
+        char text[8192];
+        size_t k = 0;
+        int wide[32];  // whether tensor i is a concat's (2W wide); index 0 is layer t0
+        int nl = 6 + model % 20;
+        k += (size_t)snprintf(text + k, sizeof text - k, "    - {type: dense, units: 4, name: t0}\n");
+        wide[0] = 0;
+        for (int i = 1; i < nl; i++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            int kind = (int)((z >> 33) % 5), a = (int)((z >> 40) % (uint64_t)i), b = (int)((z >> 50) % (uint64_t)i);
+            if (wide[a]) kind = 0;  // only a dense layer takes a concat's width back to 4
+            if (kind >= 3 && wide[b]) b = a;
+            wide[i] = kind == 4;
+            const char *type = kind == 0 ? "dense, units: 4" : kind == 1 ? "relu" : kind == 2 ? "tanh"
+                               : kind == 3 ? "add" : "concat";
+            if (kind >= 3)
+                k += (size_t)snprintf(text + k, sizeof text - k, "    - {type: %s, inputs: [t%d, t%d], name: t%d}\n",
+                                      type, a, b, i);
+            else
+                k += (size_t)snprintf(text + k, sizeof text - k, "    - {type: %s, inputs: [t%d], name: t%d}\n", type,
+                                      a, i);
+        }
+        k += (size_t)snprintf(text + k, sizeof text - k, "    - {type: dense, units: 3, inputs: [t%d], name: head}\n",
+                              nl - 1);
+        tl_model mp, mk;
+        char *errors = NULL;
+        if (tl_model_try_keep(&mp, text, shape_1d(5), N, backend_cpu(), false, &errors) != 0)
+            fail_msg("model %d did not build:\n%s\n%s", model, errors, text);
+        build_kept(&mk, text, shape_1d(5));
+        gl_graph *p = &mp.g, *q = &mk.g;
+        assert_true(p->grad_floats <= q->grad_floats);
+        tl_fill_uniform(p->input.data, N * p->input.size, -1, 1, 100 + (uint64_t)model);
+        tl_fill_uniform(p->params, p->nparams, -0.5, 0.5, 200 + (uint64_t)model);
+        memcpy(q->input.data, p->input.data, sizeof(float) * (size_t)(N * p->input.size));
+        memcpy(q->params, p->params, sizeof(float) * (size_t)p->nparams);
+        float r[N * 3];
+        tl_fill_uniform(r, N * 3, -1, 1, 300 + (uint64_t)model);
+        wctx cp = {p, r}, cq = {q, r};
+        fill_grads_nan(p);
+        fill_grads_nan(q);
+        backward_with(&cp);
+        backward_with(&cq);
+        if (memcmp(graph_output(p)->data, graph_output(q)->data, sizeof(float) * N * 3))
+            fail_msg("model %d: outputs differ:\n%s", model, text);
+        if (memcmp(p->grads, q->grads, sizeof(float) * (size_t)p->nparams))
+            fail_msg("model %d: parameter gradients differ between the shared and the kept plan:\n%s", model, text);
+        if (memcmp(p->layers[0].out.grad, q->layers[0].out.grad, sizeof(float) * N * 4))
+            fail_msg("model %d: t0's gradient differs:\n%s", model, text);
+        for (int64_t j = 0; j < p->nparams; j++)
+            if (isnan(p->grads[j])) fail_msg("model %d: grads[%lld] is NaN (never written)", model, (long long)j);
+        tl_model_free(&mp);
+        tl_model_free(&mk);
+    }
+}
+
 static void test_first_nonfinite(void **state)
 {
     (void)state;
@@ -683,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_first_writers_write_gradients_whole),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
+        cmocka_unit_test(test_gradient_sharing_on_random_graphs),
         cmocka_unit_test(test_first_nonfinite),
         cmocka_unit_test(test_summary_lists_every_layer),
         cmocka_unit_test(test_init_params),
