@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data/h5_internal.h"  // h5_dataset_damage
 #include "galley/check.h"
 #include "galley/tfevents.h"  // crc32c
 
@@ -87,6 +88,10 @@ int ck_read_floats(hid_t f, const char *path, const gl_shape *shape, float *data
     if (H5Lexists(f, path, H5P_DEFAULT) <= 0) return -1;
     hid_t ds = H5Dopen2(f, path, H5P_DEFAULT);
     if (ds < 0) return -1;
+    if (h5_dataset_damage(ds)) {  // a damaged header: unreadable
+        H5Dclose(ds);
+        return -1;
+    }
     hid_t sp = H5Dget_space(ds);
     int nd = H5Sget_simple_extent_ndims(sp);
     hsize_t dims[H5S_MAX_RANK] = {0};

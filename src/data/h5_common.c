@@ -1,6 +1,9 @@
 // h5_common.c: what galley's HDF5 reading and writing share: library setup (file locking, quiet
 // error stack), file access properties, and writing one array as a chunked dataset.
 #include <hdf5.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +23,83 @@ hid_t h5_fapl(void) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_file_locking(fapl, locking ? 1 : 0, 1);  // ignore "locking disabled" on file systems without it
     return fapl;
+}
+
+// Bytes in the UTF-8 sequence that starts at s (2 to 4), or 0 if none does.
+static int utf8_len(const unsigned char *s) {
+    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
+    if (s[0] >= 0xf5) n = 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    return n;
+}
+
+void h5_printable(const char *in, char *out, size_t len) {
+    if (!len) return;
+    size_t k = 0;
+    for (const unsigned char *s = (const unsigned char *)in; *s && k + 5 < len;) {
+        int n = *s >= 0x80 ? utf8_len(s) : (*s < 0x20 || *s == 0x7f) ? 0 : 1;
+        if (n) {
+            memcpy(out + k, s, (size_t)n);
+            k += (size_t)n, s += n;
+        } else {
+            k += (size_t)snprintf(out + k, len - k, "\\x%02x", *s++);
+        }
+    }
+    out[k] = '\0';
+}
+
+// A dataset whose header contradicts itself is a damaged file, and HDF5 1.10 reads such files
+// past its own buffers or for hours (both found by fuzzing galley with damaged files):
+// - a dimension beyond its maximum (a damaged dataspace: reads of a made-up size);
+// - an unfiltered chunked dataset whose chunks' stored bytes are not whole chunks: HDF5 stores
+//   such chunks whole, so their bytes are a multiple of one chunk's, none past the chunk count.
+//   Up to 65536 chunks the whole index is summed (H5Dget_storage_size walks it once); beyond,
+//   the first and last chunks' records are checked, so opening a file with millions of chunks
+//   stays cheap.
+const char *h5_dataset_damage(hid_t d) {
+    hsize_t dims[H5S_MAX_RANK], maxd[H5S_MAX_RANK];
+    hid_t sp = H5Dget_space(d);
+    int r = sp >= 0 ? H5Sget_simple_extent_dims(sp, dims, maxd) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    if (r < 0) return "its dataspace cannot be read";
+    for (int k = 0; k < r; k++)
+        if (maxd[k] != H5S_UNLIMITED && dims[k] > maxd[k]) return "a dimension exceeds its own maximum";
+    hid_t pl = H5Dget_create_plist(d);
+    const char *why = NULL;
+    if (pl >= 0 && H5Pget_layout(pl) == H5D_CHUNKED && H5Pget_nfilters(pl) == 0) {
+        hsize_t cd[H5S_MAX_RANK];
+        int cr = H5Pget_chunk(pl, H5S_MAX_RANK, cd);
+        hid_t t = H5Dget_type(d);
+        double bytes = (double)H5Tget_size(t), chunks = 1;
+        H5Tclose(t);
+        for (int k = 0; k < cr && k < r; k++) {
+            bytes *= (double)cd[k];
+            chunks *= cd[k] ? ceil((double)dims[k] / (double)cd[k]) : 0;
+        }
+        bool ok;
+        if (cr != r || cr <= 0 || !(bytes > 0)) {
+            ok = false;
+        } else if (chunks <= 65536) {
+            double st = (double)H5Dget_storage_size(d);
+            ok = fmod(st, bytes) == 0 && st <= chunks * bytes;
+        } else {
+            // The record's own size (H5Dget_chunk_storage_size answers the nominal size in 1.10).
+            hsize_t off[H5S_MAX_RANK], nb = 0;
+            unsigned mask = 0;
+            haddr_t addr = HADDR_UNDEF;
+            ok = true;
+            for (int end = 0; end < 2 && ok; end++) {
+                for (int k = 0; k < r; k++) off[k] = end && dims[k] ? (dims[k] - 1) / cd[k] * cd[k] : 0;
+                // an unallocated chunk (no address) is fine: it reads as the fill value
+                if (H5Dget_chunk_info_by_coord(d, off, &mask, &addr, &nb) >= 0 && addr != HADDR_UNDEF)
+                    ok = (double)nb == bytes;
+            }
+        }
+        if (!ok) why = "its chunk index does not fit its chunk shape";
+    }
+    if (pl >= 0) H5Pclose(pl);
+    return why;
 }
 
 int64_t h5_create_file(const char *path) {

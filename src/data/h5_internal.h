@@ -3,10 +3,18 @@
 #define GALLEY_H5_INTERNAL_H
 
 #include <hdf5.h>
+#include <stdbool.h>
 
 // File access properties with galley's file-locking choice (see h5_setup). Close with H5Pclose.
 hid_t h5_fapl(void);
 // IEEE binary16 (numpy float16) as an HDF5 type; close with H5Tclose.
 hid_t h5_float16_type(void);
+
+// NULL for a dataset whose header is consistent; else what is damaged ("a dimension exceeds its
+// own maximum", ...): a damaged file, which HDF5 1.10 would read past its own buffers.
+const char *h5_dataset_damage(hid_t d);
+// A name or string read from a file, fit to print: valid UTF-8 as it is, other bytes and
+// control characters as \xNN (a damaged file's names can hold anything). out has len bytes.
+void h5_printable(const char *in, char *out, size_t len);
 
 #endif

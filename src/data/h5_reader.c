@@ -151,10 +151,17 @@ static void type_word(hid_t t, char *buf, size_t len) {
 // Names at the file's top level (for "no such dataset" errors).
 static herr_t name_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
     (void)g, (void)info;
-    char *buf = op;
+    char *buf = op, pn[128];
     size_t n = strlen(buf);
-    if (n < 200) snprintf(buf + n, 256 - n, "%s%s", n ? ", " : "", name);
+    h5_printable(name, pn, sizeof pn);
+    if (n < 200) snprintf(buf + n, 256 - n, "%s%s", n ? ", " : "", pn);
     return 0;
+}
+
+// Whether the top level lists the name op points to (stops the walk when it does).
+static herr_t has_name_cb(hid_t g, const char *name, const H5L_info_t *info, void *op) {
+    (void)g, (void)info;
+    return strcmp(name, (const char *)op) == 0;
 }
 
 static void shape_words(int rank, const hsize_t *d, char *buf, size_t len) {
@@ -185,7 +192,21 @@ static void where_of(const recipe_t *r, const char *key, char *buf, size_t len) 
 // Opens dataset name of f and returns its dims (the whole dataset); checks the dtype.
 static hid_t open_dataset(hid_t f, const char *path, const char *name, const char *key, int *rank, hsize_t *dims,
                           FILE *err) {
-    hid_t d = H5Lexists(f, name, H5P_DEFAULT) > 0 ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    htri_t there = H5Lexists(f, name, H5P_DEFAULT);
+    bool linked = there > 0;
+    hid_t d = linked ? H5Dopen2(f, name, H5P_DEFAULT) : -1;
+    // A top-level name whose lookup fails, or that the top level lists but the lookup misses.
+    if (!strchr(name, '/') && (there < 0 || (there == 0 && H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL,
+                                                                       has_name_cb, (void *)name) > 0))) {
+        fprintf(err, "galley: error: %s: looking up '%s' (%s) failed: a damaged file (truncated or corrupt?)\n", path,
+                name, key);
+        return -1;
+    }
+    if (d < 0 && linked) {  // the name is there, what it points to is not a readable dataset
+        fprintf(err, "galley: error: %s: '%s' (%s) is there but cannot be opened as a dataset (a group, or a "
+                     "damaged object: truncated or corrupt file?)\n", path, name, key);
+        return -1;
+    }
     if (d < 0) {
         char names[256] = "";
         H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, name_cb, names);
@@ -211,6 +232,13 @@ static hid_t open_dataset(hid_t f, const char *path, const char *name, const cha
         return -1;
     }
     H5Tclose(t);
+    const char *damage = h5_dataset_damage(d);
+    if (damage) {
+        fprintf(err, "galley: error: %s: dataset '%s' (%s) is damaged (%s): truncated or corrupt file?\n", path, name,
+                key, damage);
+        H5Dclose(d);
+        return -1;
+    }
     return d;
 }
 
@@ -303,7 +331,14 @@ static int shape_y(h5src *s, const char *path, FILE *err) {
 static int read_stat(hid_t f, const char *path, const char *const *names, int64_t c, double *out, FILE *err) {
     for (int i = 0; names[i]; i++) {
         if (H5Lexists(f, names[i], H5P_DEFAULT) <= 0) continue;
-        hid_t d = H5Dopen2(f, names[i], H5P_DEFAULT), sp = H5Dget_space(d);
+        hid_t d = H5Dopen2(f, names[i], H5P_DEFAULT);
+        if (d < 0 || h5_dataset_damage(d)) {
+            fprintf(err, "galley: error: %s: '%s' is there but cannot be read as a dataset (a group, or a damaged "
+                         "object: truncated or corrupt file?)\n", path, names[i]);
+            if (d >= 0) H5Dclose(d);
+            return -1;
+        }
+        hid_t sp = H5Dget_space(d);
         hssize_t n = H5Sget_simple_extent_npoints(sp);
         H5Sclose(sp);
         if (n != c && n != 1) {
