@@ -12,6 +12,13 @@
 // Opens a checkpoint read-only and checks its format attributes. The file id, or -1 with the
 // reason in err (missing, a directory, not HDF5, not a checkpoint, a newer format).
 hid_t ck_open(const char *path, char *err, size_t errlen);
+// The whole-file seal (ckpt_seal.c): the first CK_SEAL_BYTES of a checkpoint (an HDF5 user block)
+// hold the CRC-32C and length of the rest. ck_seal writes it into a file image of size bytes;
+// ck_check_seal returns 0 when it matches or the file has none (older checkpoints), else -1
+// with the reason in err. ck_open checks it before HDF5 reads the file.
+#define CK_SEAL_BYTES 512
+void ck_seal(char *image, size_t size);
+int ck_check_seal(const char *path, char *err, size_t errlen);
 // The state buffers this optimizer has ("velocity"; "m", "v") into names/bufs[3]; their count.
 int ck_optim_buffers(const gl_optim *o, const char **names, float **bufs);
 // "sgd", "adamw" or "lamb", as the recipe writes optimizer.type.

@@ -27,6 +27,7 @@ hid_t ck_open(const char *path, char *err, size_t errlen) {
         return -1;
     }
     fclose(probe);
+    if (ck_check_seal(path, err, errlen) != 0) return -1;
     hid_t fapl = h5_fapl();
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
     H5Pclose(fapl);

@@ -161,10 +161,14 @@ int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_
     }
     int rc = write_all(f, r, g, o, st);
     if (rc == 0 && H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) rc = -1;
-    ssize_t size = rc == 0 ? H5Fget_file_image(f, NULL, 0) : -1;
+    // The image goes after the seal's bytes (ckpt_seal.c): HDF5 finds its superblock at byte 512
+    // as at 0, and takes the bytes before it for a user block.
+    ssize_t h5size = rc == 0 ? H5Fget_file_image(f, NULL, 0) : -1;
+    ssize_t size = h5size > 0 ? h5size + CK_SEAL_BYTES : -1;
     char *image = size > 0 ? malloc((size_t)size) : NULL;
-    if (!image || H5Fget_file_image(f, image, (size_t)size) != size) rc = -1;
+    if (!image || H5Fget_file_image(f, image + CK_SEAL_BYTES, (size_t)h5size) != h5size) rc = -1;
     H5Fclose(f);
+    if (rc == 0) ck_seal(image, (size_t)size);
     if (rc != 0) {
         free(image);
         snprintf(err, errlen, "cannot build the checkpoint in memory (HDF5 failed; out of memory?)");

@@ -1,7 +1,9 @@
-// crc32c.c: CRC-32C (Castagnoli, reflected polynomial 0x82f63b78), the checksum of TFRecord
-// framing. A 256-entry table built on first use; the event writer calls it a few times per
-// logged step, so speed does not matter.
+// crc32c.c: CRC-32C (Castagnoli, reflected polynomial 0x82f63b78): TFRecord framing, and the
+// checksums of checkpoint tensors and whole checkpoint files (gigabytes). x86-64's SSE4.2 crc32
+// instruction computes exactly this CRC, 8 bytes at a time (about 20x the table's speed); a
+// 256-entry table, built on first use, serves other CPUs.
 #include <stdint.h>
+#include <string.h>
 
 #include "galley/tfevents.h"
 
@@ -17,12 +19,32 @@ static void table_init(void) {
     table_ready = 1;
 }
 
-uint32_t crc32c(uint32_t crc, const void *data, size_t n) {
+static uint32_t crc_table(uint32_t crc, const uint8_t *p, size_t n) {
     if (!table_ready) table_init();
-    const uint8_t *p = data;
     crc = ~crc;
     for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("sse4.2"))) static uint32_t crc_sse42(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = ~crc & 0xffffffffu;
+    for (; n && ((uintptr_t)p & 7); n--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+    }
+    for (; n; n--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+uint32_t crc32c(uint32_t crc, const void *data, size_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("sse4.2")) return crc_sse42(crc, data, n);
+#endif
+    return crc_table(crc, data, n);
 }
 
 uint32_t crc32c_masked(const void *data, size_t n) {

@@ -5,7 +5,8 @@
 #   - SIGTERM, SIGUSR1 and SIGINT mid-run: exit 4 with a checkpoint; `--resume auto` then ends
 #     bitwise equal to the uninterrupted run; train.time_limit stops the same way;
 #   - checkpoint.keep prunes; `galley ckpt inspect` lists the layout and verifies checksums;
-#   - a truncated or bit-flipped checkpoint is refused naming the damage, and `--resume auto`
+#   - a truncated or bit-flipped checkpoint is refused naming the damage (the whole-file seal;
+#     the tensors' own checksums in a checkpoint from before it), and `--resume auto`
 #     falls back to the previous good one and says so; a checkpoint of another model: exit 2.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
@@ -122,8 +123,30 @@ info "truncated and bit-flipped checkpoints are refused; --resume auto falls bac
 cp -r a dmg
 truncate -s 40000 dmg/quickstart-step00000040.h5
 assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=dmg --resume dmg/quickstart-step00000040.h5
-assert_contains "$ERR" "dmg/quickstart-step00000040.h5 is not a readable HDF5 file (truncated or corrupt)"
-# Flip one bit inside a tensor's data (found with h5py), so that only the checksum can tell.
+assert_contains "$ERR" "dmg/quickstart-step00000040.h5 is damaged: it has 40000 bytes, its seal says"
+# The seal (the file's first 512 bytes) checks every byte before HDF5 reads any: one flipped
+# bit anywhere is found, and the file is not parsed.
+cp a/quickstart-step00000015.h5 flip.h5
+"$PY" - flip.h5 <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as g:
+    g.seek(5000)
+    b = g.read(1)
+    g.seek(5000)
+    g.write(bytes([b[0] ^ 0x10]))
+EOF
+assert_exit 1 "$GALLEY" ckpt inspect flip.h5
+assert_contains "$ERR" "flip.h5 is damaged: its bytes fail the file's checksum"
+assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=flipped --resume flip.h5
+assert_contains "$ERR" "flip.h5 is damaged: its bytes fail the file's checksum"
+head -c 512 flip.h5 | grep -aq "galley checkpoint seal 1" || fail "no seal in the first 512 bytes"
+# A checkpoint from before the seal (the HDF5 image alone) is still read, its tensors checked by
+# their own checksums: flip one bit inside a tensor's data (found with h5py), so that only the
+# tensor's checksum can tell.
+tail -c +513 dmg/quickstart-step00000030.h5 >dmg/unsealed.h5
+mv dmg/unsealed.h5 dmg/quickstart-step00000030.h5
+assert_exit 0 "$GALLEY" ckpt inspect dmg/quickstart-step00000030.h5
+assert_contains "$OUT" "0 damaged"
 "$PY" - dmg/quickstart-step00000030.h5 <<'EOF'
 import sys, h5py
 with h5py.File(sys.argv[1], "r") as f:

@@ -20,6 +20,21 @@ static void test_crc32c_check_values(void **state) {
     // The mask TFRecord applies.
     uint32_t c = crc32c(0, "123456789", 9);
     assert_int_equal(crc32c_masked("123456789", 9), ((c >> 15) | (c << 17)) + 0xa282ead8u);
+    // Every length and alignment (the SSE4.2 path runs bytes, then 8-byte words, then bytes)
+    // against a bit-at-a-time reference, also continued from a previous value.
+    static uint8_t buf[80];
+    for (int i = 0; i < 80; i++) buf[i] = (uint8_t)(i * 37 + 11);
+    for (int off = 0; off < 9; off++)
+        for (int n = 0; off + n <= 80; n++) {
+            uint32_t r = ~0x1234u;
+            for (int i = 0; i < n; i++) {
+                r ^= buf[off + i];
+                for (int k = 0; k < 8; k++) r = r & 1 ? (r >> 1) ^ 0x82f63b78u : r >> 1;
+            }
+            r = ~r;
+            if (crc32c(0x1234u, buf + off, (size_t)n) != r)
+                fail_msg("crc32c at offset %d, %d bytes: %08x, want %08x", off, n, crc32c(0x1234u, buf + off, (size_t)n), r);
+        }
 }
 
 static void test_varint(void **state) {
