@@ -271,6 +271,15 @@ static void fill_grads_nan(gl_graph *g)
         for (int64_t j = 0; j < N * g->layers[i].out.size; j++) g->layers[i].out.grad[j] = __builtin_nanf("");
 }
 
+// Random inputs and parameters for a (streams seed, seed + 1), the same for b: two plans of one model.
+static void same_start(gl_graph *a, gl_graph *b, uint64_t seed)
+{
+    tl_fill_uniform(a->input.data, N * a->input.size, -1, 1, seed);
+    tl_fill_uniform(a->params, a->nparams, -0.5, 0.5, seed + 1);
+    memcpy(b->input.data, a->input.data, sizeof(float) * (size_t)(N * a->input.size));
+    memcpy(b->params, a->params, sizeof(float) * (size_t)a->nparams);
+}
+
 // tl_model_build with every output's gradient kept (graph_keep_grads): for the tests that
 // compare every output's gradient after backward.
 static void build_kept(tl_model *m, const char *layers, gl_shape input)
@@ -394,10 +403,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done || u->layers[i].act_inplace);
     assert_true(f->act_floats < u->act_floats);
     assert_true(f->bytes < u->bytes);
-    tl_fill_uniform(f->input.data, N * f->input.size, -1, 1, 80);
-    tl_fill_uniform(f->params, f->nparams, -0.5, 0.5, 81);
-    memcpy(u->input.data, f->input.data, sizeof(float) * (size_t)(N * f->input.size));
-    memcpy(u->params, f->params, sizeof(float) * (size_t)f->nparams);
+    same_start(f, u, 80);
     float r[N * 3];
     tl_fill_uniform(r, N * 3, -1, 1, 82);
     wctx cf = {f, r}, cu = {u, r};
@@ -501,10 +507,7 @@ static void test_gradients_share_memory_by_lifetime(void **state)
     assert_int_equal(p->act_floats - p->grad_floats, k->act_floats - k->grad_floats);
     assert_true(p->bytes < k->bytes);
     // The same bits as with every gradient kept.
-    tl_fill_uniform(p->input.data, N * p->input.size, -1, 1, 90);
-    tl_fill_uniform(p->params, p->nparams, -0.5, 0.5, 91);
-    memcpy(k->input.data, p->input.data, sizeof(float) * (size_t)(N * p->input.size));
-    memcpy(k->params, p->params, sizeof(float) * (size_t)p->nparams);
+    same_start(p, k, 90);
     float r[N * 3];
     tl_fill_uniform(r, N * 3, -1, 1, 92);
     wctx cp = {p, r}, ck = {k, r};
@@ -563,10 +566,7 @@ static void test_gradient_sharing_on_random_graphs(void **state)
         build_kept(&mk, text, shape_1d(5));
         gl_graph *p = &mp.g, *q = &mk.g;
         assert_true(p->grad_floats <= q->grad_floats);
-        tl_fill_uniform(p->input.data, N * p->input.size, -1, 1, 100 + (uint64_t)model);
-        tl_fill_uniform(p->params, p->nparams, -0.5, 0.5, 200 + (uint64_t)model);
-        memcpy(q->input.data, p->input.data, sizeof(float) * (size_t)(N * p->input.size));
-        memcpy(q->params, p->params, sizeof(float) * (size_t)p->nparams);
+        same_start(p, q, 100 + 2 * (uint64_t)model);
         float r[N * 3];
         tl_fill_uniform(r, N * 3, -1, 1, 300 + (uint64_t)model);
         wctx cp = {p, r}, cq = {q, r};
