@@ -336,6 +336,21 @@ static void test_pin_refused_and_off(void **st) {
     }
     input_stage_free(&s);
     assert_int_equal(fk.npins, 0);
+    fixture_close(&f);
+    // Field targets larger than the inputs (a U-Net's): without them, each slot's inputs are a
+    // page run of their own. Refuse the first attempt (inputs and targets, one run), pin the
+    // first slot's inputs, refuse the second's: the first is unpinned again (all or none).
+    fixture_open(&f, "  synthetic: {kind: nbody3d, size: 16, train_size: 20, val_size: 4}\n", 0x1 | 0x4);
+    input_stage_init(&s, &fk.be, &f.m.g, f.L, true, &f.m.a, note, sizeof note);
+    assert_int_equal(fk.pin_calls, 3);  // the merged run; slot 0's inputs (pinned); slot 1's (refused)
+    assert_int_equal(fk.npins, 0);      // slot 0's was undone
+    assert_int_equal(s.npinned, 0);
+    assert_non_null(strstr(note, "input copies are not overlapped with compute (fake: locked-memory limit)"));
+    input_stage_free(&s);
+    assert_int_equal(fk.npins, 0);
+    fixture_close(&f);
+    fixture_open(&f, synth, 0);
+    L = f.L, m = &f.m;
     // Off (distributed.deterministic): nothing pinned, every take is a plain loader_next.
     input_stage_init(&s, &fk.be, &m->g, L, false, &m->a, note, sizeof note);
     assert_false(s.on);
