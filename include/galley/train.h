@@ -42,6 +42,22 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
 // both splits' files otherwise).
 int train_check_splits(const recipe_t *r, const gl_dataset *train, const gl_dataset *val, FILE *err);
 
+// The run's one arena, in bytes, planned before anything is allocated (train_plan.c): what
+// train checks against the host's or the GPU's memory, and what `galley check` prints.
+typedef struct {
+    size_t model;   // parameters and their gradients
+    size_t optim;   // the optimizer's state
+    size_t acts;    // the input, every layer's output and the gradients' pool (graph.h act_floats)
+    size_t input;   // staged input: the second input buffer, on a GPU the targets' two buffers
+    size_t other;   // layer state and scratch, the CPU's im2col space, step buffers, alignment
+    size_t total;
+} train_plan;
+// For graph g built for the recipe and the training split `train`, one of d->world ranks;
+// staging: input staging (a backend with upload_async, and not distributed.deterministic);
+// targets: a device backend's staged targets (gl_backend.upload_declare).
+void train_plan_of(const recipe_t *r, const gl_graph *g, const gl_dataset *train, const gl_dist *d, bool staging,
+                   bool targets, train_plan *p);
+
 // SIGTERM, SIGUSR1, SIGINT: stop at the next step boundary (train_signal_pending says which).
 void train_signals_install(void);
 void train_signals_restore(void);

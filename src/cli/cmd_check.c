@@ -11,6 +11,41 @@
 #include "galley/graph.h"
 #include "galley/train.h"
 
+static void size_words(double b, char *buf, size_t len) {
+    if (b >= 1073741824.0) snprintf(buf, len, "%.2f GiB", b / 1073741824.0);
+    else snprintf(buf, len, "%.1f MiB", b / 1048576.0);
+}
+
+static void plan_line(const char *where, const train_plan *p) {
+    char t[32], m[32], o[32], a[32], i[32], x[32];
+    size_words((double)p->total, t, sizeof t), size_words((double)p->model, m, sizeof m);
+    size_words((double)p->optim, o, sizeof o), size_words((double)p->acts, a, sizeof a);
+    size_words((double)p->input, i, sizeof i), size_words((double)p->other, x, sizeof x);
+    printf("#   %-11s %s: parameters and gradients %s, optimizer %s, activations %s, staged input %s, other %s\n",
+           where, t, m, o, a, i, x);
+}
+
+// The run's arena at the recipe's batch for one rank, as train plans it: on the CPU, and on a
+// GPU (no im2col space: cuDNN keeps its own; staged targets), so a batch can be sized before
+// a job waits in a queue for a GPU it does not fit.
+static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset *d) {
+    gl_dist one = {.rank = 0, .world = 1, .local_rank = 0, .local_world = 1, .launcher = "none"};
+    const bool staging = !r->distributed.deterministic;
+    train_plan pc, pg;
+    train_plan_of(r, cpu, d, &one, false, false, &pc);  // the CPU does not stage (no upload_async)
+    gl_backend view = *backend_cpu();
+    view.device = 1, view.own_conv_workspace = 1;
+    gl_graph g;
+    if (graph_build(&g, r, d->shape, r->train.batch_size, &view, stderr) != 0) return;
+    train_plan_of(r, &g, d, &one, staging, true, &pg);
+    graph_free(&g);
+    printf("# memory plan at batch %lld, one rank (the arena train allocates once):\n", (long long)r->train.batch_size);
+    plan_line("on a GPU", &pg);
+    printf("#   %-11s plus the cuDNN workspace cap (GALLEY_CUDNN_WORKSPACE_MB; default 1/16 of the GPU's memory, at "
+           "most 2 GiB) and 256 MiB of library buffers\n", "");
+    plan_line("on the CPU", &pc);
+}
+
 int cmd_check(int argc, char **argv) {
     recipe_t r;
     int rc = cli_load_recipe("check", argc, argv, &r);
@@ -41,6 +76,7 @@ int cmd_check(int argc, char **argv) {
                 printf("#   %s\n", line);
             free(buf);
         }
+        print_plan(&r, &g, &d);
     }
     graph_free(&g);
     recipe_free(&r);

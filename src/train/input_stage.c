@@ -28,9 +28,9 @@
 // One sample's targets in bytes (int32 labels or float values alike).
 static size_t target_row(const gl_dataset *d) { return 4 * (size_t)d->tsize; }
 
-size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, const gl_backend *be) {
+size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, bool targets) {
     size_t b = arena_round(sizeof(float) * (size_t)(g->input.size * g->batch)) + GL_ARENA_ALIGN;
-    if (be->upload_declare) b += 2 * (arena_round(target_row(d) * (size_t)g->batch) + GL_ARENA_ALIGN);
+    if (targets) b += 2 * (arena_round(target_row(d) * (size_t)g->batch) + GL_ARENA_ALIGN);
     return b;
 }
 

@@ -244,8 +244,9 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
         epochs = (total_steps + steps_per_epoch - 1) / steps_per_epoch;
         // Plan every byte of the model first, refuse what cannot fit, then allocate once.
         // The next batch's copy overlaps the step (input_stage.c), except for deterministic parts.
-        bytes = g.bytes + optim_bytes(r, &g) + train_ctx_bytes(r, &g, d) + 8 * GL_ARENA_ALIGN +
-                (staging ? input_stage_bytes(&g, &train, be) : 0);
+        train_plan plan;
+        train_plan_of(r, &g, &train, d, staging && be->upload_async, be->upload_declare != NULL, &plan);
+        bytes = plan.total;
         // (On a GPU the model's arena is the GPU's memory: cudaMallocManaged reports a shortfall.)
         if (host && (double)((be->device ? 0 : bytes) + loader_bytes) > 0.9 * (double)host) {
             fprintf(err, "%s: error: this run needs %.2f GiB of memory (model %.2f, data %.2f) but the machine has "

@@ -77,9 +77,9 @@ typedef struct input_stage {
     int64_t steps, early;  // batches taken, and of those staged a step ahead
 } input_stage;
 
-// Arena bytes of the second input buffer, and on a device backend (upload_declare) of the
-// targets' two buffers (d: the training split's shapes).
-size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, const gl_backend *be);
+// Arena bytes of the second input buffer, and with targets (a device backend: upload_declare)
+// of the targets' two buffers (d: the training split's shapes).
+size_t input_stage_bytes(const gl_graph *g, const gl_dataset *d, bool targets);
 // on: stage batches (false: each step copies its own, as distributed.deterministic's parts do).
 // note gets a line for the log when the GPU cannot pin the loader's slots (else empty).
 void input_stage_init(input_stage *s, const gl_backend *be, gl_graph *g, gl_loader *L, bool on, gl_arena *a,

@@ -2,7 +2,8 @@
 # test_check_roundtrip.sh: `galley check` prints a recipe that loads back to the same recipe:
 # for every recipes/*.yaml (and a few recipes of our own with awkward values), checking the
 # output again prints the same text apart from the first comment line (which names the file).
-# Also: anchors, aliases and `<<` merge keys resolve to the merged values.
+# Also: anchors, aliases and `<<` merge keys resolve to the merged values; the memory plan lines
+# (GPU and CPU) add up.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -31,6 +32,26 @@ roundtrip() {
     # The output is more than the first line: a resolved recipe and a model summary.
     grep -q '^model:' "$out1" || fail "$label: no model section in the check output"
     grep -q '^# model summary' "$out1" || fail "$label: no model summary in the check output"
+    # The memory plan: a GPU line and a CPU line, each total the sum of its parts (printed
+    # rounded: to 0.1 MiB, or 0.01 GiB); a GPU has no im2col space, so its "other" is no larger.
+    awk -v label="$label" '
+        function mib(v, u) { return u == "GiB" ? v * 1024 : v }
+        /^#   on a GPU|^#   on the CPU/ {
+            line = $0; sub(/^#   on (a GPU|the CPU) +/, "", line); gsub(/[:,]/, "", line)
+            n = split(line, w, " ")
+            total = mib(w[1], w[2]); sum = 0; tol = (w[2] == "GiB" ? 6 : 0.06)
+            for (i = 3; i <= n; i++) if (w[i] ~ /^[0-9.]+$/ && (w[i + 1] == "MiB" || w[i + 1] == "GiB")) {
+                sum += mib(w[i], w[i + 1]); tol += (w[i + 1] == "GiB" ? 6 : 0.06)
+                if (w[i - 1] == "other") other[$3] = mib(w[i], w[i + 1])
+            }
+            if (sum - total > tol || total - sum > tol) { print label ": plan parts sum to " sum " MiB, total " total " MiB: " $0; bad = 1 }
+            lines++
+        }
+        END {
+            if (lines != 2) { print label ": " lines + 0 " memory plan lines, want 2"; bad = 1 }
+            if (other["a"] > other["the"]) { print label ": the GPU plan has more \"other\" than the CPU one"; bad = 1 }
+            exit bad
+        }' "$out1" >&2 || fail "$label: memory plan lines wrong (above)"
     info "$label: round trip ok ($(wc -l <"$out1") lines)"
 }
 

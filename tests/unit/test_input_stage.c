@@ -140,7 +140,7 @@ static void mini_init(mini *m, const gl_loader *L, const gl_backend *be) {
     m->g.be = be;
     m->own = calloc((size_t)(m->g.input.size * m->g.batch), sizeof(float));
     m->g.input.data = m->own;
-    arena_init_for(&m->a, input_stage_bytes(&m->g, loader_shape(L), be), be);
+    arena_init_for(&m->a, input_stage_bytes(&m->g, loader_shape(L), be->upload_declare != NULL), be);
 }
 
 static void mini_free(mini *m) {
