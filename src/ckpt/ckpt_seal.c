@@ -8,6 +8,7 @@
 // they were.
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,8 +31,14 @@ int ck_check_seal(const char *path, char *err, size_t errlen) {
     char head[CK_SEAL_BYTES + 8];
     size_t got = fread(head, 1, sizeof head, fp);
     int rc = 0;
-    if (got >= 8 && memcmp(head, hdf5_sig, 8) == 0) {
+    static const char magic[] = "galley checkpoint seal ";
+    bool sealed = got >= sizeof magic - 1 && memcmp(head, magic, sizeof magic - 1) == 0;
+    if (!sealed && got >= 8 && memcmp(head, hdf5_sig, 8) == 0) {
         rc = 0;  // no user block: a checkpoint from before the seal
+    } else if (sealed && (got < sizeof head || memcmp(head + CK_SEAL_BYTES, hdf5_sig, 8) != 0)) {
+        snprintf(err, errlen, "%s is damaged: %s", path,
+                 got < sizeof head ? "it ends inside its seal (truncated)" : "its HDF5 signature after the seal is gone");
+        rc = -1;
     } else if (got == sizeof head && memcmp(head + CK_SEAL_BYTES, hdf5_sig, 8) == 0) {
         uint32_t want = 0;
         uint64_t bytes = 0;
@@ -52,6 +59,7 @@ int ck_check_seal(const char *path, char *err, size_t errlen) {
             uint64_t seen = sizeof head;
             char *buf = malloc(1 << 20);
             size_t n;
+            errno = 0;
             while (buf && (n = fread(buf, 1, 1 << 20, fp)) > 0) crc = crc32c(crc, buf, n), seen += n;
             int rerr = !buf || ferror(fp);
             free(buf);

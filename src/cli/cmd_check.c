@@ -36,7 +36,10 @@ static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset 
     gl_backend view = *backend_cpu();
     view.device = 1, view.own_conv_workspace = 1;
     gl_graph g;
-    if (graph_build(&g, r, d->shape, r->train.batch_size, &view, stderr) != 0) return;
+    if (graph_build(&g, r, d->shape, r->train.batch_size, &view, stderr) != 0) {
+        graph_free(&g);
+        return;  // it built on the CPU's terms: graph_build said why on stderr
+    }
     train_plan_of(r, &g, d, &one, staging, true, &pg);
     graph_free(&g);
     printf("# memory plan at batch %lld, one rank (the arena train allocates once):\n", (long long)r->train.batch_size);

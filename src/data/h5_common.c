@@ -25,12 +25,15 @@ hid_t h5_fapl(void) {
     return fapl;
 }
 
-// Bytes in the UTF-8 sequence that starts at s (2 to 4), or 0 if none does.
+// Bytes in the well-formed UTF-8 sequence that starts at s (2 to 4), or 0 if none does
+// (Unicode's table 3-7: no overlong forms, surrogates or code points past U+10FFFF).
 static int utf8_len(const unsigned char *s) {
-    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : 0;
-    if (s[0] >= 0xf5) n = 0;
+    int n = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : 0;
     for (int i = 1; i < n; i++)
         if ((s[i] & 0xc0) != 0x80) return 0;
+    if ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] > 0x9f) || (s[0] == 0xf0 && s[1] < 0x90) ||
+        (s[0] == 0xf4 && s[1] > 0x8f))
+        return 0;
     return n;
 }
 
@@ -65,14 +68,18 @@ const char *h5_dataset_damage(hid_t d) {
     if (r < 0) return "its dataspace cannot be read";
     for (int k = 0; k < r; k++)
         if (maxd[k] != H5S_UNLIMITED && dims[k] > maxd[k]) return "a dimension exceeds its own maximum";
+    // Only fixed-size numbers: a variable-length type's memory size is not what a chunk stores.
+    hid_t t = H5Dget_type(d);
+    H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    double bytes = t >= 0 ? (double)H5Tget_size(t) : 0;
+    if (t >= 0) H5Tclose(t);
+    if (cls != H5T_INTEGER && cls != H5T_FLOAT) return NULL;
     hid_t pl = H5Dget_create_plist(d);
     const char *why = NULL;
     if (pl >= 0 && H5Pget_layout(pl) == H5D_CHUNKED && H5Pget_nfilters(pl) == 0) {
         hsize_t cd[H5S_MAX_RANK];
         int cr = H5Pget_chunk(pl, H5S_MAX_RANK, cd);
-        hid_t t = H5Dget_type(d);
-        double bytes = (double)H5Tget_size(t), chunks = 1;
-        H5Tclose(t);
+        double chunks = 1;
         for (int k = 0; k < cr && k < r; k++) {
             bytes *= (double)cd[k];
             chunks *= cd[k] ? ceil((double)dims[k] / (double)cd[k]) : 0;

@@ -282,6 +282,7 @@ static int list_attributes(hid_t f, FILE *out) {
         if (!w) _exit(3);
         inspect_ctx cx = {w, 0, 0, 0};
         hsize_t idx = 0;
+        alarm(30);  // HDF5 looping on a damaged message: killed, and said like a crash
         herr_t rc = H5Aiterate2(f, H5_INDEX_NAME, H5_ITER_INC, &idx, attr_cb, &cx);
         fclose(w);
         _exit(rc < 0 ? 1 : 0);
@@ -294,11 +295,12 @@ static int list_attributes(hid_t f, FILE *out) {
     if (r) fclose(r);
     else close(fd[0]);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
     }
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+    if (w == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
     fprintf(out, "attributes of /: cannot be read (%s while decoding them)\n",
-            WIFSIGNALED(st) ? "HDF5 crashed" : "HDF5 failed");
+            w == pid && WIFSIGNALED(st) ? "HDF5 crashed or hung" : "HDF5 failed");
     return -1;
 }
 

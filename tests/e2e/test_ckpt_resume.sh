@@ -140,6 +140,14 @@ assert_contains "$ERR" "flip.h5 is damaged: its bytes fail the file's checksum"
 assert_exit 2 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=flipped --resume flip.h5
 assert_contains "$ERR" "flip.h5 is damaged: its bytes fail the file's checksum"
 head -c 512 flip.h5 | grep -aq "galley checkpoint seal 1" || fail "no seal in the first 512 bytes"
+# Damage to the seal's own neighbourhood: a file cut inside the seal, an HDF5 signature gone.
+head -c 300 a/quickstart-step00000015.h5 >cut.h5
+assert_exit 1 "$GALLEY" ckpt inspect cut.h5
+assert_contains "$ERR" "cut.h5 is damaged: it ends inside its seal (truncated)"
+cp a/quickstart-step00000015.h5 nosig.h5
+printf 'XXXXXXXX' | dd of=nosig.h5 bs=1 seek=512 conv=notrunc status=none
+assert_exit 1 "$GALLEY" ckpt inspect nosig.h5
+assert_contains "$ERR" "nosig.h5 is damaged: its HDF5 signature after the seal is gone"
 # A checkpoint from before the seal (the HDF5 image alone) is still read, its tensors checked by
 # their own checksums: flip one bit inside a tensor's data (found with h5py), so that only the
 # tensor's checksum can tell.

@@ -425,6 +425,10 @@ static void test_printable_names(void **st) {
     assert_string_equal(out, "a\\x0ab\\x7f\\xc3");
     h5_printable("\xc0\x80\xf5\x80\x80\x80", out, sizeof out);  // overlong and out-of-range leads
     assert_string_equal(out, "\\xc0\\x80\\xf5\\x80\\x80\\x80");
+    h5_printable("\xe0\x80\x80\xed\xa0\x80\xf4\x90\x80\x80", out, sizeof out);  // overlong, surrogate, > U+10FFFF
+    assert_string_equal(out, "\\xe0\\x80\\x80\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80");
+    h5_printable("\xf0\x9f\x99\x82\xf4\x8f\xbf\xbf", out, sizeof out);  // U+1F642, U+10FFFF stay
+    assert_string_equal(out, "\xf0\x9f\x99\x82\xf4\x8f\xbf\xbf");
     char small[8];
     h5_printable("\x01\x02\x03", small, sizeof small);  // cut, never past the buffer
     assert_string_equal(small, "\\x01");
