@@ -359,9 +359,11 @@ static int read_stat(hid_t f, const char *path, const char *const *names, int64_
     return -1;
 }
 
-static int from_recipe(const gl_floats *f, int64_t c, double *out, const char *key, FILE *err) {
+static int from_recipe(const recipe_t *r, const gl_floats *f, int64_t c, double *out, const char *key, FILE *err) {
     if (f->n != 1 && f->n != c) {
-        fprintf(err, "galley: error: %s has %d values; give one, or one per channel (%lld)\n", key, f->n, (long long)c);
+        char where[512];
+        where_of(r, key, where, sizeof where);
+        fprintf(err, "%s: %d values; give one, or one per channel (the data has %lld)\n", where, f->n, (long long)c);
         return -1;
     }
     for (int64_t k = 0; k < c; k++) out[k] = f->v[f->n == 1 ? 0 : k];
@@ -380,8 +382,10 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
     int rc = 0;
     if (a->n == 0 || b->n == 0) {
         if (!r->data.stats) {
-            fprintf(err, "galley: error: data.normalize is %s but data.%s/%s are not given and data.stats names no "
-                         "file\n", std ? "standard" : "minmax", std ? "mean" : "min", std ? "std" : "max");
+            char where[512];
+            where_of(r, "data.normalize", where, sizeof where);
+            fprintf(err, "%s: %s, but data.%s/%s are not given and data.stats names no file\n", where,
+                    std ? "standard" : "minmax", std ? "mean" : "min", std ? "std" : "max");
             rc = -1;
         } else {
             char where[512];
@@ -399,12 +403,14 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
             }
         }
     }
-    if (a->n) rc |= from_recipe(a, c, lo, std ? "data.mean" : "data.min", err);
-    if (b->n) rc |= from_recipe(b, c, hi, std ? "data.std" : "data.max", err);
+    if (a->n) rc |= from_recipe(r, a, c, lo, std ? "data.mean" : "data.min", err);
+    if (b->n) rc |= from_recipe(r, b, c, hi, std ? "data.std" : "data.max", err);
     for (int64_t k = 0; k < c && !rc; k++) {
         double span = std ? hi[k] : hi[k] - lo[k];
         if (!(span > 0) || !isfinite(span)) {
-            fprintf(err, "galley: error: channel %lld: %s; normalising would divide by %g\n", (long long)k,
+            char where[512];  // the recipe's values, or data.stats' file
+            where_of(r, (std ? b : a)->n ? (std ? "data.std" : "data.max") : "data.stats", where, sizeof where);
+            fprintf(err, "%s: channel %lld: %s; normalising would divide by %g\n", where, (long long)k,
                     std ? "std is not positive" : "max is not above min", span);
             rc = -1;
         }
@@ -492,14 +498,15 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
         goto fail;
     }
     if (s->crop > 0) {
+        char cw[512];
+        where_of(r, "data.crop", cw, sizeof cw);
         if (s->sd == 0) {
-            fprintf(err, "galley: error: data.crop is %lld but the samples are feature vectors (no spatial axes)\n",
-                    (long long)s->crop);
+            fprintf(err, "%s: %lld, but the samples are feature vectors (no spatial axes)\n", cw, (long long)s->crop);
             goto fail;
         }
         for (int k = 0; k < s->sd; k++)
             if (s->crop > s->sp[k]) {
-                fprintf(err, "galley: error: data.crop is %lld but spatial axis %d of the samples in %s is only %lld\n",
+                fprintf(err, "%s: %lld, but spatial axis %d of the samples in %s is only %lld\n", cw,
                         (long long)s->crop, k, s->files[0].path, (long long)s->sp[k]);
                 goto fail;
             }

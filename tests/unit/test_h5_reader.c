@@ -406,9 +406,14 @@ static void test_errors_name_file_and_dataset(void **st) {
 
     // Crop larger than the samples; normalisation without values.
     snprintf(spec, sizeof spec, "files: %s, x: g/x, y: g/y", g);
-    open_fails(spec, "  crop: 5\n", (const char *const[]){"data.crop", "only 4", NULL});
-    open_fails(spec, "  normalize: standard\n", (const char *const[]){"data.mean", "data.stats", NULL});
-    open_fails(spec, "  normalize: minmax\n  min: [0, 1, 2]\n  max: [1]\n", (const char *const[]){"data.min", "3 values", NULL});
+    // Recipe values that do not fit the data: FILE:LINE:COL of the key.
+    open_fails(spec, "  crop: 5\n", (const char *const[]){":6:9: error: data.crop: 5, but", "only 4", NULL});
+    open_fails(spec, "  normalize: standard\n", (const char *const[]){"error: data.normalize: standard, but data.mean",
+                                                                     "data.stats", NULL});
+    open_fails(spec, "  normalize: minmax\n  min: [0, 1, 2]\n  max: [1]\n",
+               (const char *const[]){":7:8: error: data.min: 3 values", NULL});
+    open_fails(spec, "  normalize: minmax\n  min: [0]\n  max: [1, 0]\n",
+               (const char *const[]){"error: data.max: channel 1: max is not above min", NULL});
 }
 
 // Names and strings from a damaged file print as valid UTF-8, other bytes as \xNN.
