@@ -165,6 +165,8 @@ void recipe_emit_reference(FILE *out);
 
 // Where a key was written (for errors found after loading); the recipe's start if it was not.
 yt_mark recipe_mark(const recipe_t *r, const char *dotted);
+// "FILE:LINE:COL: error: KEY" at that mark: the start of an error about a key's value.
+void recipe_where(const recipe_t *r, const char *dotted, char *buf, size_t len);
 
 // A 64-bit FNV-1a hash of the emitted recipe, to name and compare runs.
 uint64_t recipe_hash(const recipe_t *r);

@@ -5,6 +5,7 @@
 #define GALLEY_TENSOR_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GL_MAX_DIMS 5  // per-sample C + up to 3 spatial dims; 3D conv weights [F, C, k, k, k]
@@ -22,6 +23,8 @@ typedef struct {
 } gl_tensor;
 
 int64_t shape_size(const gl_shape *s);
+// Same number of dimensions and the same extents.
+bool shape_equal(const gl_shape *a, const gl_shape *b);
 // "[3, 32, 32]"
 void shape_format(const gl_shape *s, char *buf, size_t len);
 gl_shape shape_1d(int64_t n);

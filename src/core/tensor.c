@@ -9,6 +9,13 @@ int64_t shape_size(const gl_shape *s) {
     return n;
 }
 
+bool shape_equal(const gl_shape *a, const gl_shape *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
 void shape_format(const gl_shape *s, char *buf, size_t len) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, len - k, "[");

@@ -184,11 +184,6 @@ static hid_t open_file(const char *path, const char *where, FILE *err) {
     return f;
 }
 
-static void where_of(const recipe_t *r, const char *key, char *buf, size_t len) {
-    yt_mark m = recipe_mark(r, key);
-    snprintf(buf, len, "%s:%d:%d: error: %s", m.file, m.line, m.col, key);
-}
-
 // Opens dataset name of f and returns its dims (the whole dataset); checks the dtype.
 static hid_t open_dataset(hid_t f, const char *path, const char *name, const char *key, int *rank, hsize_t *dims,
                           FILE *err) {
@@ -362,7 +357,7 @@ static int read_stat(hid_t f, const char *path, const char *const *names, int64_
 static int from_recipe(const recipe_t *r, const gl_floats *f, int64_t c, double *out, const char *key, FILE *err) {
     if (f->n != 1 && f->n != c) {
         char where[512];
-        where_of(r, key, where, sizeof where);
+        recipe_where(r, key, where, sizeof where);
         fprintf(err, "%s: %d values; give one, or one per channel (the data has %lld)\n", where, f->n, (long long)c);
         return -1;
     }
@@ -383,13 +378,13 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
     if (a->n == 0 || b->n == 0) {
         if (!r->data.stats) {
             char where[512];
-            where_of(r, "data.normalize", where, sizeof where);
+            recipe_where(r, "data.normalize", where, sizeof where);
             fprintf(err, "%s: %s, but data.%s/%s are not given and data.stats names no file\n", where,
                     std ? "standard" : "minmax", std ? "mean" : "min", std ? "std" : "max");
             rc = -1;
         } else {
             char where[512];
-            where_of(r, "data.stats", where, sizeof where);
+            recipe_where(r, "data.stats", where, sizeof where);
             hid_t f = open_file(r->data.stats, where, err);
             if (f < 0) {
                 rc = -1;
@@ -409,7 +404,7 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
         double span = std ? hi[k] : hi[k] - lo[k];
         if (!(span > 0) || !isfinite(span)) {
             char where[512];  // the recipe's values, or data.stats' file
-            where_of(r, (std ? b : a)->n ? (std ? "data.std" : "data.max") : "data.stats", where, sizeof where);
+            recipe_where(r, (std ? b : a)->n ? (std ? "data.std" : "data.max") : "data.stats", where, sizeof where);
             fprintf(err, "%s: channel %lld: %s; normalising would divide by %g\n", where, (long long)k,
                     std ? "std is not positive" : "max is not above min", span);
             rc = -1;
@@ -440,7 +435,7 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
     s->classes = r->data.target == DATA_TARGET_VALUES ? 0 : r->data.classes;
     s->crop = r->data.crop;
     char where[512];
-    where_of(r, key, where, sizeof where);
+    recipe_where(r, key, where, sizeof where);
     if (!files || list_files(s, files, where, err) != 0) goto fail;
 
     for (int i = 0; i < s->nfiles; i++) {
@@ -499,7 +494,7 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
     }
     if (s->crop > 0) {
         char cw[512];
-        where_of(r, "data.crop", cw, sizeof cw);
+        recipe_where(r, "data.crop", cw, sizeof cw);
         if (s->sd == 0) {
             fprintf(err, "%s: %lld, but the samples are feature vectors (no spatial axes)\n", cw, (long long)s->crop);
             goto fail;

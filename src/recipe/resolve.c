@@ -304,6 +304,11 @@ yt_mark recipe_mark(const recipe_t *r, const char *dotted) {
     return n ? n->mark : root->mark;
 }
 
+void recipe_where(const recipe_t *r, const char *dotted, char *buf, size_t len) {
+    yt_mark m = recipe_mark(r, dotted);
+    snprintf(buf, len, "%s:%d:%d: error: %s", m.file, m.line, m.col, dotted);
+}
+
 const yt_node *node_at(const yt_node *root, const char *dotted) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", dotted);

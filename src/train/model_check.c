@@ -70,20 +70,13 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
     return bad ? -1 : 0;
 }
 
-static bool shape_same(const gl_shape *a, const gl_shape *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->d[i] != b->d[i]) return false;
-    return true;
-}
-
 int train_check_splits(const recipe_t *r, const gl_dataset *t, const gl_dataset *v, FILE *err) {
     char a[64] = "", b[64] = "", msg[768];
     const char *what = NULL;
-    if (!shape_same(&t->shape, &v->shape)) {
+    if (!shape_equal(&t->shape, &v->shape)) {
         what = "inputs of shape";
         shape_format(&t->shape, a, sizeof a), shape_format(&v->shape, b, sizeof b);
-    } else if (t->target != v->target || !shape_same(&t->tshape, &v->tshape)) {
+    } else if (t->target != v->target || !shape_equal(&t->tshape, &v->tshape)) {
         what = "targets of shape";
         shape_format(&t->tshape, a, sizeof a), shape_format(&v->tshape, b, sizeof b);
         if (t->target != v->target) what = "another kind of targets:";

@@ -26,12 +26,12 @@ static int pick_precision(const recipe_t *r, const gl_dist *d, const gl_backend 
     char msg[512] = "";
     int p = be->set_precision(r->train.precision, msg, sizeof msg);
     if (p >= 0) return p;
-    yt_mark m = recipe_mark(r, "train.precision");
-    char who[32] = "";
+    char where[512], who[32] = "";
+    recipe_where(r, "train.precision", where, sizeof where);
     if (d->world > 1) snprintf(who, sizeof who, " (rank %d)", d->rank);
-    fprintf(err, "%s:%d:%d: error: train.precision: %s cannot be used%s: %s\n  hint: set train.precision: auto "
-                 "(it picks what the GPU supports) or fp32\n",
-            m.file, m.line, m.col, recipe_precision_name(r->train.precision), who, msg);
+    fprintf(err, "%s: %s cannot be used%s: %s\n  hint: set train.precision: auto (it picks what the GPU supports) "
+                 "or fp32\n",
+            where, recipe_precision_name(r->train.precision), who, msg);
     return -1;
 }
 

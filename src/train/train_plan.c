@@ -12,7 +12,8 @@ void train_plan_of(const recipe_t *r, const gl_graph *g, const gl_dataset *train
     p->input = staging ? input_stage_bytes(g, train, targets) : 0;
     // graph_build's plan holds the model, the activations, the layers' state, scratch and work
     // space and alignment; the step's buffers (train_ctx_bytes) and 8 alignments come beside it.
-    size_t graph_rest = g->bytes > p->model + p->acts ? g->bytes - p->model - p->acts : 0;
-    p->other = graph_rest + train_ctx_bytes(r, g, d) + 8 * GL_ARENA_ALIGN;
-    p->total = g->bytes + p->optim + train_ctx_bytes(r, g, d) + 8 * GL_ARENA_ALIGN + p->input;
+    const size_t graph_rest = g->bytes > p->model + p->acts ? g->bytes - p->model - p->acts : 0,
+                 step = train_ctx_bytes(r, g, d) + 8 * GL_ARENA_ALIGN;
+    p->other = graph_rest + step;
+    p->total = g->bytes + p->optim + step + p->input;
 }

@@ -18,18 +18,11 @@ static void format_inputs(const layer_t *l, char *buf, size_t len) {
     }
 }
 
-static int same_shape(const gl_shape *a, const gl_shape *b) {
-    if (a->ndim != b->ndim) return 0;
-    for (int j = 0; j < a->ndim; j++)
-        if (a->d[j] != b->d[j]) return 0;
-    return 1;
-}
-
 // ---- add --------------------------------------------------------------------------------------------
 
 static int add_infer(layer_t *l, char *err, size_t errlen) {
     for (int j = 1; j < l->nin; j++)
-        if (!same_shape(&l->in[j]->shape, &l->in[0]->shape)) {
+        if (!shape_equal(&l->in[j]->shape, &l->in[0]->shape)) {
             char shapes[256];
             format_inputs(l, shapes, sizeof shapes);
             snprintf(err, errlen, "add needs inputs of one shape, got %s", shapes);
