@@ -10,6 +10,16 @@
 #define GALLEY_VERSION "0.1.0-dev"
 #endif
 
+// The commands: one file each under src/cli/ (cmd_<name>.c, declared in galley/cli.h) and one
+// line here. `galley help` (cmd_help.c) describes them.
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} commands[] = {
+    {"train", cmd_train}, {"check", cmd_check}, {"info", cmd_info}, {"report", cmd_report},
+    {"help", cmd_help},   {"data", cmd_data},   {"ckpt", cmd_ckpt}, {"eval", cmd_eval},
+};
+
 int main(int argc, char **argv) {
     cpu_blas_core_fix(argv);  // may re-execute galley: before anything else happens
     if (argc < 2) {
@@ -22,14 +32,8 @@ int main(int argc, char **argv) {
         return GL_EXIT_OK;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) return cmd_help(0, NULL);
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 2, argv + 2);
-    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
-    if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
-    if (!strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
-    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
     fprintf(stderr, "galley: unknown command '%s'\n\n", cmd);
     cli_usage(stderr);
     return GL_EXIT_USAGE;
