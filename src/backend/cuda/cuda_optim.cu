@@ -18,7 +18,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "galley/check.h"
-#include "galley/recipe.h"  // OPT_*
+#include "galley/backend_types.h"  // OPT_*
 
 // ---- the chunk table on the device -------------------------------------------------------------
 
