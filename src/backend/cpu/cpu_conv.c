@@ -92,7 +92,8 @@ static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
             for (int64_t oz = 0; oz < OD; oz++)
                 for (int64_t oy = 0; oy < OH; oy++) {
                     int64_t ch = r / g->taps, t = r % g->taps;
-                    int64_t kz = t / (g->geo.k[1] * g->geo.k[2]), ky = t / g->geo.k[2] % g->geo.k[1], kx = t % g->geo.k[2];
+                    int64_t kz = t / (g->geo.k[1] * g->geo.k[2]), ky = t / g->geo.k[2] % g->geo.k[1],
+                            kx = t % g->geo.k[2];
                     float *dst = col + (r * cs + s) * P + (oz * OH + oy) * OW;
                     int64_t iz = oz * g->geo.s[0] - g->geo.p[0] + kz * g->geo.d[0];
                     int64_t iy = oy * g->geo.s[1] - g->geo.p[1] + ky * g->geo.d[1];
@@ -162,7 +163,8 @@ static void col2im_one(const cv_geom *g, const float *col, float *x) {
 
 // One sample's columns, serially: x is (C,D,H,W), col [C*KD*KH*KW, OD*OH*OW] as im2col's.
 static void im2col_one(const cv_geom *g, const float *x, float *col) {
-    const int64_t OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2];
+    const int64_t OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1],
+                  W = g->geo.in[2];
     float *dst = col;
     for (int64_t ch = 0; ch < g->geo.c; ch++)
         for (int64_t kz = 0; kz < g->geo.k[0]; kz++)
@@ -319,8 +321,8 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
-    if (fast_applies(g) && cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, x, w, b, y,
-                                                 scratch, scratch_floats, act))
+    if (fast_applies(g) && cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                 g->geo.p, x, w, b, y, scratch, scratch_floats, act))
         return;
     const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
@@ -351,17 +353,17 @@ static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w
     if (n <= 0) return;
     // The fast kernels where they apply; dx last, as it reuses the scratch of dW's columns.
     bool fast = fast_applies(g);
-    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, x, dy, dw,
-                                                     scratch, scratch_floats);
+    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                     g->geo.p, x, dy, dw, scratch, scratch_floats);
     float *dx_fast = NULL;
     if (dx && fast &&
-        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL, NULL, scratch,
-                                 scratch_floats))
+        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
+                                 NULL, scratch, scratch_floats))
         dx_fast = dx, dx = NULL;
     if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
     if (dx_fast)
-        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy, dx_fast, scratch,
-                                 scratch_floats);
+        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy,
+                                 dx_fast, scratch, scratch_floats);
 }
 
 // conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=
