@@ -18,6 +18,9 @@ static inline const char *recipe_precision_name(int p) {
 // train.loss, in the order of its choices in schema.c.
 enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 
+// The most classes mean_iou counts (backend.h's metrics_sums; loss.h's metrics).
+#define GL_MAX_IOU_CLASSES 64
+
 // The optimizer rules, one line each: X(ENUM, name). This list is the optimizer registry
 // (src/optim/optim_registry.c builds its table from it; each rule's file defines
 // optim_rule_<name>, and with CUDA cuda_optim.cu's cuda_optim_<name>). A line's position is its
