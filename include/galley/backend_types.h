@@ -23,7 +23,7 @@ enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 
 // The optimizer rules, one line each: X(ENUM, name). This list is the optimizer registry
 // (src/optim/optim_registry.c builds its table from it; each rule's file defines
-// optim_rule_<name>, and with CUDA cuda_optim.cu's cuda_optim_<name>). A line's position is its
+// optim_rule_<name>, and with CUDA its kernels' cuda_optim_<name>). A line's position is its
 // OPT_* value and its name is what recipes and checkpoints store: add lines at the end.
 #define GL_OPTIM_RULES(X) \
     X(SGD, sgd)           \

@@ -50,8 +50,8 @@ typedef struct gl_optim {
 // ---- the registry (optim_registry.c): one entry per rule ---------------------------------------
 // A rule is one file (sgd.c, adam.c's adamw and lamb) that defines `const gl_optim_rule
 // optim_rule_<name>`, plus its line in GL_OPTIM_RULES (backend_types.h), which gives it its OPT_*
-// value; with CUDA, cuda_optim.cu's cuda_optim_<name> is its device update (backend.h's
-// optim_update dispatches on gl_optim_args.rule).
+// value; with CUDA, its device update is cuda_optim_<name> (a cuda_rule_fn, in cuda_optim.cu or a
+// .cu file of its own), which backend.h's optim_update finds by gl_optim_args.rule.
 #define GL_OPTIM_MAX_STATE 2
 
 // Its name (optimizer.type, and the "optimizer" attribute of checkpoints) is its GL_OPTIM_RULES

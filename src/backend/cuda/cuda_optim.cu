@@ -222,12 +222,16 @@ __global__ static void lamb_apply_k(const gl_chunk *chunks, gl_optim_args a, con
     }
 }
 
-// One rule's device update (backend.h's optim_update): dch is the chunk table on the device.
+// One rule's device update (backend.h's optim_update): dch is the chunk table on the device. A
+// rule's is cuda_optim_<name> (GL_OPTIM_RULES, backend_types.h), here or in a .cu file of its own.
 typedef void cuda_rule_fn(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
                           float *s1, double *part, const double *ratio, cudaStream_t st);
+#define CUDA_RULE_DECLARE_(E, name) cuda_rule_fn cuda_optim_##name;
+GL_OPTIM_RULES(CUDA_RULE_DECLARE_)
+#undef CUDA_RULE_DECLARE_
 
-static void cuda_optim_sgd(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
-                           float *s1, double *part, const double *ratio, cudaStream_t st) {
+void cuda_optim_sgd(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                    float *s1, double *part, const double *ratio, cudaStream_t st) {
     (void)s1, (void)part, (void)ratio;
     if (!s0)
         sgd_k<SGD_PLAIN><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
@@ -238,15 +242,15 @@ static void cuda_optim_sgd(int nchunks, const gl_chunk *dch, const gl_optim_args
     CU_LAUNCHED();
 }
 
-static void cuda_optim_adamw(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
-                             float *s1, double *part, const double *ratio, cudaStream_t st) {
+void cuda_optim_adamw(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                      float *s1, double *part, const double *ratio, cudaStream_t st) {
     (void)part, (void)ratio;
     adamw_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0, s1);
     CU_LAUNCHED();
 }
 
-static void cuda_optim_lamb(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
-                            float *s1, double *part, const double *ratio, cudaStream_t st) {
+void cuda_optim_lamb(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                     float *s1, double *part, const double *ratio, cudaStream_t st) {
     if (!ratio) {  // phase 1
         GL_CHECK(part != NULL, "LAMB phase 1 returns its sums in part");
         double *mirror;
