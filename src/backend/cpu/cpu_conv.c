@@ -32,14 +32,14 @@ typedef struct {
     int64_t in_pos, out_pos, taps;  // D*H*W, OD*OH*OW, KD*KH*KW
     int64_t cg, fg, kg;             // per group: C/G, F/G, C/G * taps (a column block's rows)
     bool direct;                    // 1x1x1, stride 1, unpadded, equal sizes: x is its own columns
-} cv_geom;
+} cv_plan;
 
 static int64_t chunk_cap;  // test hook: at most this many samples per chunk (0: no cap)
 
 void cpu_conv_set_chunk_cap(int64_t samples) { chunk_cap = samples; }
 
-static cv_geom geom_make(const gl_conv_geom *geo) {
-    cv_geom g = {.geo = *geo, .in_pos = 1, .out_pos = 1, .taps = 1};
+static cv_plan plan_make(const gl_conv_geom *geo) {
+    cv_plan g = {.geo = *geo, .in_pos = 1, .out_pos = 1, .taps = 1};
     bool direct = true;
     for (int i = 0; i < 3; i++) {
         g.in_pos *= geo->in[i], g.out_pos *= geo->out[i], g.taps *= geo->k[i];
@@ -53,7 +53,7 @@ static cv_geom geom_make(const gl_conv_geom *geo) {
 }
 
 // Samples per chunk: as many as scratch holds ((C*taps + F) * P floats each), at least one.
-static int64_t chunk_samples(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+static int64_t chunk_samples(const cv_plan *g, int64_t n, int64_t scratch_floats) {
     if (g->direct) return 1;
     int64_t per = (g->geo.c * g->taps + g->geo.f) * g->out_pos;
     GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
@@ -83,7 +83,7 @@ static void valid_range(int64_t in, int64_t out, int64_t s, int64_t p, int64_t o
 
 // x is (cs,C,D,H,W), col is [C*KD*KH*KW, cs*OD*OH*OW]: col[(c,kz,ky,kx)][(s,oz,oy,ox)] is the input
 // element tap (kz,ky,kx) of output (oz,oy,ox) reads, 0 in the padding.
-static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
+static void im2col(const cv_plan *g, int64_t cs, const float *x, float *col) {
     const int64_t rows = g->geo.c * g->taps, P = g->out_pos, OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2];
     const int64_t H = g->geo.in[1], W = g->geo.in[2];
 #pragma omp parallel for collapse(4) schedule(static)
@@ -115,7 +115,7 @@ static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
 
 // x's row (s, ch, iz, iy) += its taps' entries of col [C*KD*KH*KW, cs*OD*OH*OW] (as im2col),
 // summed in (kz,ky,kx) order.
-static inline void col2im_row(const cv_geom *g, int64_t cs, int64_t s, int64_t ch, int64_t iz, int64_t iy,
+static inline void col2im_row(const cv_plan *g, int64_t cs, int64_t s, int64_t ch, int64_t iz, int64_t iy,
                               const float *col, float *x) {
     const int64_t P = g->out_pos, OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2];
     const int64_t H = g->geo.in[1], W = g->geo.in[2];
@@ -146,7 +146,7 @@ static inline void col2im_row(const cv_geom *g, int64_t cs, int64_t s, int64_t c
 
 // col is [C*KD*KH*KW, cs*OD*OH*OW] (as im2col), x is (cs,C,D,H,W): x += col folded back. One
 // input row per iteration, so no two threads touch the same element.
-static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x) {
+static void col2im_add(const cv_plan *g, int64_t cs, const float *col, float *x) {
 #pragma omp parallel for collapse(4) schedule(static)
     for (int64_t s = 0; s < cs; s++)
         for (int64_t ch = 0; ch < g->geo.c; ch++)
@@ -155,14 +155,14 @@ static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x)
 }
 
 // One sample: col [C*KD*KH*KW, OD*OH*OW], x (C,D,H,W) += col folded back; serial.
-static void col2im_one(const cv_geom *g, const float *col, float *x) {
+static void col2im_one(const cv_plan *g, const float *col, float *x) {
     for (int64_t ch = 0; ch < g->geo.c; ch++)
         for (int64_t iz = 0; iz < g->geo.in[0]; iz++)
             for (int64_t iy = 0; iy < g->geo.in[1]; iy++) col2im_row(g, 1, 0, ch, iz, iy, col, x);
 }
 
 // One sample's columns, serially: x is (C,D,H,W), col [C*KD*KH*KW, OD*OH*OW] as im2col's.
-static void im2col_one(const cv_geom *g, const float *x, float *col) {
+static void im2col_one(const cv_plan *g, const float *x, float *col) {
     const int64_t OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1],
                   W = g->geo.in[2];
     float *dst = col;
@@ -244,7 +244,7 @@ static void bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *
 }
 
 // The chunk's columns: x itself (direct) or im2col into col. Returns them; *ld is their stride.
-static const float *columns(const cv_geom *g, int64_t m, const float *x, float *col, int64_t *ld) {
+static const float *columns(const cv_plan *g, int64_t m, const float *x, float *col, int64_t *ld) {
     *ld = m * g->out_pos;
     if (g->direct) return x;  // m == 1: x[C, P] is the column matrix
     im2col(g, m, x, col);
@@ -252,28 +252,28 @@ static const float *columns(const cv_geom *g, int64_t m, const float *x, float *
 }
 
 // y[F, ld] (+)= W . cols, one GEMM per group; w is (F, C/G * taps), cols [C*taps, ld]
-static void gemm_wx(const cv_geom *g, int64_t ld, const float *w, const float *cols, float beta, float *y) {
+static void gemm_wx(const cv_plan *g, int64_t ld, const float *w, const float *cols, float beta, float *y) {
     for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(false, false, g->fg, ld, g->kg, w + gr * g->fg * g->kg, g->kg, cols + gr * g->kg * ld, ld, beta,
              y + gr * g->fg * ld, ld);
 }
 
 // cols[C*taps, ld] (+)= W^T . dy, one GEMM per group; dy is [F, ld]
-static void gemm_wtdy(const cv_geom *g, int64_t ld, const float *w, const float *dy, float beta, float *cols) {
+static void gemm_wtdy(const cv_plan *g, int64_t ld, const float *w, const float *dy, float beta, float *cols) {
     for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(true, false, g->kg, ld, g->fg, w + gr * g->fg * g->kg, g->kg, dy + gr * g->fg * ld, ld, beta,
              cols + gr * g->kg * ld, ld);
 }
 
 // dw[F, C/G * taps] += dy . cols^T, one GEMM per group; dy is [F, ld], cols [C*taps, ld]
-static void gemm_dw(const cv_geom *g, int64_t ld, const float *dy, const float *cols, float *dw) {
+static void gemm_dw(const cv_plan *g, int64_t ld, const float *dy, const float *cols, float *dw) {
     for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(false, true, g->fg, g->kg, ld, dy + gr * g->fg * ld, ld, cols + gr * g->kg * ld, ld, 1.0f,
              dw + gr * g->fg * g->kg, g->kg);
 }
 
 // Per-sample slots of one sample's columns [C*taps, P] in scratch (none needed when direct).
-static int64_t sample_slots(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+static int64_t sample_slots(const cv_plan *g, int64_t n, int64_t scratch_floats) {
     if (g->direct) return n;
     int64_t per = g->geo.c * g->taps * g->out_pos;
     GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
@@ -294,7 +294,7 @@ static int loop_threads(int64_t items) {
 static bool per_sample_threads(int64_t items) { return items >= omp_get_max_threads(); }
 
 // One sample's columns: serially inside a per-sample loop, else with the threads.
-static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float *col) {
+static void im2col_sample(const cv_plan *g, bool in_loop, const float *x, float *col) {
     if (in_loop)
         im2col_one(g, x, col);
     else
@@ -302,11 +302,11 @@ static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float 
 }
 
 // Whether cpu_conv_fast.c may take the convolution: stride 1 everywhere, one group.
-static bool fast_applies(const cv_geom *g) {
+static bool fast_applies(const cv_plan *g) {
     return g->geo.groups == 1 && g->geo.s[0] == 1 && g->geo.s[1] == 1 && g->geo.s[2] == 1;
 }
 
-static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                           float *dx, float *scratch, int64_t scratch_floats);
 
 // Rows of dW one task computes in the backward pass: a fixed split (not one per thread), so the
@@ -318,7 +318,7 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 // GEMM writes straight into y; samples run in parallel, each GEMM single-threaded (OpenBLAS
 // runs serially inside an OpenMP region), so both cores work even on small maps. act (when on)
 // is applied to y as it is stored (the fast kernels) or to each sample's outputs after its bias.
-static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+static void conv_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
     if (fast_applies(g) && cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
@@ -346,7 +346,7 @@ static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w
 // db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped). Per chunk of
 // samples: their columns (in parallel), dW += dy . cols^T in fixed blocks of rows, each summing
 // the samples in order, then each sample's dx (in parallel).
-static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                      float *db, float *dx, float *scratch, int64_t scratch_floats) {
     memset(dw, 0, sizeof(float) * (size_t)(g->geo.f * g->kg));
     if (db) bias_grad(n, g->geo.f, g->out_pos, dy, db);
@@ -368,7 +368,7 @@ static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w
 
 // conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=
 // the input gradient.
-static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                           float *dx, float *scratch, int64_t scratch_floats) {
     const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P, in_size = g->geo.c * g->in_pos;
     const int64_t cs = sample_slots(g, n, scratch_floats);
@@ -414,7 +414,7 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 // The transposed convolution's forward, i.e. the input gradient of convolution g: x is
 // (N,F,OD,OH,OW), w is (F,C/G,KD,KH,KW), b is (C) or NULL, y is (N,C,D,H,W) (overwritten); act
 // (when on) is applied to each chunk's outputs after their bias, while they are in cache.
-static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+static void convt_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                       float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
     int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
@@ -442,7 +442,7 @@ static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *
 // The transposed convolution's gradients, i.e. convolution g run forward on dy: x is
 // (N,F,OD,OH,OW), dy is (N,C,D,H,W); dw (F,C/G,KD,KH,KW) and db (C) (NULL: none) overwritten,
 // dx (N,F,OD,OH,OW) accumulated (NULL: skipped)
-static void convt_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void convt_bwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                       float *db, float *dx, float *scratch, int64_t scratch_floats) {
     memset(dw, 0, sizeof(float) * (size_t)(g->geo.f * g->kg));
     if (db) bias_grad(n, g->geo.c, g->in_pos, dy, db);
@@ -473,7 +473,7 @@ static void convt_bwd(const cv_geom *g, int64_t n, const float *x, const float *
 
 void cpu_conv_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y, float *scratch,
                       int64_t scratch_floats) {
-    cv_geom g = geom_make(geo);
+    cv_plan g = plan_make(geo);
     conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
 }
 
@@ -481,13 +481,13 @@ void cpu_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *
                           float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
-    cv_geom g = geom_make(geo);
+    cv_plan g = plan_make(geo);
     conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
 void cpu_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw, float *db,
                        float *dx, float *scratch, int64_t scratch_floats) {
-    cv_geom g = geom_make(geo);
+    cv_plan g = plan_make(geo);
     conv_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats);
 }
 
@@ -495,7 +495,7 @@ void cpu_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, 
 void cpu_conv_transpose_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats) {
     const gl_conv_geom fl = gl_conv_geom_flipped(geo);
-    cv_geom g = geom_make(&fl);
+    cv_plan g = plan_make(&fl);
     convt_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
 }
 
@@ -504,13 +504,13 @@ void cpu_conv_transpose_forward_act(const gl_conv_geom *geo, const float *x, con
     GL_CHECK(gl_act_storable(act, slope),
              "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     const gl_conv_geom fl = gl_conv_geom_flipped(geo);
-    cv_geom g = geom_make(&fl);
+    cv_plan g = plan_make(&fl);
     convt_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
 void cpu_conv_transpose_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw,
                                  float *db, float *dx, float *scratch, int64_t scratch_floats) {
     const gl_conv_geom fl = gl_conv_geom_flipped(geo);
-    cv_geom g = geom_make(&fl);
+    cv_plan g = plan_make(&fl);
     convt_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats);
 }

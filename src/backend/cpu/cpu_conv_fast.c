@@ -48,11 +48,11 @@
 typedef struct {
     gl_conv_geom geo;                   // backend_types.h
     int64_t in_pos, out_pos, taps, kk;  // kk = geo.c * taps: the reduction length
-} ig_geom;
+} ig_plan;
 
 // The inner kernels of one instruction set (each documented at its AVX-512 version below).
 typedef struct {
-    void (*panel)(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo, int64_t c_hi,
+    void (*panel)(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo, int64_t c_hi,
                   float *panel, int64_t ldp, int64_t jb);
     void (*tile)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
                  const float *bias, bool acc, cpu_store_act act);
@@ -67,9 +67,9 @@ static const ig_kernels *ig_kernels_get(void);
 
 bool cpu_conv_fast_ok(void) { return ig_kernels_get() != NULL; }
 
-static ig_geom ig_make(int64_t cin, int64_t cout, const int64_t in[3], const int64_t out[3], const int64_t k[3],
+static ig_plan ig_make(int64_t cin, int64_t cout, const int64_t in[3], const int64_t out[3], const int64_t k[3],
                        const int64_t d[3], const int64_t p[3]) {
-    ig_geom g = {.geo = {.c = cin, .f = cout, .groups = 1}, .in_pos = 1, .out_pos = 1, .taps = 1};
+    ig_plan g = {.geo = {.c = cin, .f = cout, .groups = 1}, .in_pos = 1, .out_pos = 1, .taps = 1};
     for (int i = 0; i < 3; i++) {
         g.geo.in[i] = in[i], g.geo.out[i] = out[i], g.geo.k[i] = k[i], g.geo.s[i] = 1, g.geo.d[i] = d[i];
         g.geo.p[i] = p[i];
@@ -87,9 +87,9 @@ static int64_t ig_rows_padded(int64_t n) {
 }
 
 // Floats of scratch for the packed weights and `threads` panels.
-static int64_t ig_pack_floats(const ig_geom *g) { return ig_rows_padded(g->geo.f) * g->kk; }
+static int64_t ig_pack_floats(const ig_plan *g) { return ig_rows_padded(g->geo.f) * g->kk; }
 // Per thread: a panel [kk][NR] and the outputs [cout][NR] of a tile that holds several samples.
-static int64_t ig_panel_floats(const ig_geom *g) { return (g->kk + ig_rows_padded(g->geo.f)) * NR; }
+static int64_t ig_panel_floats(const ig_plan *g) { return (g->kk + ig_rows_padded(g->geo.f)) * NR; }
 
 // Samples per tile: 1 where a sample's map fills at least half a tile, else as many whole maps as
 // a tile holds. A 2x2x2 map (CosmoFlow's last convolution at 32^3) would fill a quarter of a tile
@@ -103,7 +103,7 @@ static int64_t ig_tiles(int64_t n, int64_t P) {
 }
 
 // Panels that fit in scratch after the packed weights (0: not even one).
-static int64_t ig_panels_fit(const ig_geom *g, int64_t scratch_floats) {
+static int64_t ig_panels_fit(const ig_plan *g, int64_t scratch_floats) {
     int64_t left = scratch_floats - ig_pack_floats(g);
     return left > 0 ? left / ig_panel_floats(g) : 0;
 }
@@ -139,7 +139,7 @@ FAST_TARGET static inline __m512 store_act512(cpu_store_act act, __m512 x) {
 // Columns jb .. jb+cnt-1 (jb + cnt <= ldp) of panel[kk][ldp] = those of output positions p0 ..
 // p0+cnt-1 of one sample's x (cin, in): row (c, kz, ky, kx) holds the input element each
 // position's tap reads, 0 in the padding. (jb > 0: a tile that holds several samples' small maps.)
-FAST_TARGET static void ig_panel(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
+FAST_TARGET static void ig_panel(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
                                   int64_t c_hi, float *panel, int64_t ldp, int64_t jb) {
     const int64_t OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2];
     const int64_t KD = g->geo.k[0], KH = g->geo.k[1], KW = g->geo.k[2];
@@ -323,7 +323,7 @@ FAST_TARGET_AVX2 static inline __m256i lane_mask8(int64_t lo, int64_t hi) {
 // belong to later runs or samples, rewritten after, or lie past cnt); else (the first and last
 // rows of x, a run crossing the row's end) lane by lane. Channels run innermost: the same masks
 // and offsets serve cin rows in a row.
-FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
+FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
                                            int64_t c_hi, float *panel, int64_t ldp, int64_t jb) {
     const int64_t OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2];
     const int64_t KD = g->geo.k[0], KH = g->geo.k[1], KW = g->geo.k[2], xsize = g->geo.c * g->in_pos;
@@ -666,7 +666,7 @@ static const ig_kernels *ig_kernels_get(void) {
 // weights in mr-row panels [kk][mr] (ig_pack_*, mr = kr->mr); panels has room for `threads` of
 // ig_panel_floats. A task is one tile: NR positions of one sample, or the whole small maps of
 // ig_samples_per_tile samples side by side, whose outputs go through a copy [cout][NR].
-static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *apack,
+static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
                    const float *bias, bool acc, float *y, float *panels, int threads, cpu_store_act act) {
     const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
     const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = ig_tiles(n, P);
@@ -708,7 +708,7 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
 
 // Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
 // transposed dy [NR][F], kkp the reduction length padded for either instruction set.
-static int64_t dw_per_tile(const ig_geom *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
+static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
 
 // dwt [kkp][F] = the weight gradient of g over n >= 1 samples (x (n, cin, in), dy (n, cout, out)),
 // transposed. Threads own fixed blocks of dwt and run every sample and position in order, so
@@ -722,7 +722,7 @@ static int64_t dw_per_tile(const ig_geom *g) { return ig_rows_padded(g->kk) * NR
 // the group's positions (at most DW_J) before going back to memory, rather than one tile's 32: a
 // 512 x 6912 dW (14 MB) otherwise went through memory once per tile. The order of every sum is
 // still sample by sample and position by position. buf holds `threads` of tg * dw_per_tile.
-static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *dy, float *dwt,
+static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, float *dwt,
                    float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
     const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
@@ -767,7 +767,7 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
 }
 
 // apack[m][k][i] = w[(m*mr + i) * kk + k], zero past cout: w is (cout, kk).
-static void ig_pack_forward(const ig_geom *g, int64_t mr, const float *w, float *apack) {
+static void ig_pack_forward(const ig_plan *g, int64_t mr, const float *w, float *apack) {
     const int64_t mp = (g->geo.f + mr - 1) / mr;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t m = 0; m < mp; m++)
@@ -783,7 +783,7 @@ static void ig_pack_forward(const ig_geom *g, int64_t mr, const float *w, float 
 
 // The flipped kernel of the input gradient: g maps dy (cin = F) to dx (cout = C); w is the
 // forward weight (F, C, taps). apack[m][(f, t)][i] = w[f][m*mr + i][taps - 1 - t].
-static void ig_pack_flipped(const ig_geom *g, int64_t mr, const float *w, float *apack) {
+static void ig_pack_flipped(const ig_plan *g, int64_t mr, const float *w, float *apack) {
     const int64_t mp = (g->geo.f + mr - 1) / mr, taps = g->taps, C = g->geo.f;
     // Blocks of 8 filters (their w, 8 * C * taps floats, read in order as m goes up) in parallel,
     // each writing its rows of every m block: m outermost read all of w's filters' rows at once, a
@@ -808,11 +808,11 @@ static void ig_pack_flipped(const ig_geom *g, int64_t mr, const float *w, float 
 // Whether the fast kernels take this geometry: stride 1, one group (the caller checks those),
 // a kernel at most KMAX wide, and room in scratch for the packed weights and one thread's panel
 // and outputs. The same on both instruction sets, so that both machines take the same path.
-static bool ig_fits(const ig_geom *g, int64_t scratch_floats) {
+static bool ig_fits(const ig_plan *g, int64_t scratch_floats) {
     return cpu_conv_fast_ok() && g->geo.k[2] <= KMAX && ig_panels_fit(g, scratch_floats) >= 1;
 }
 
-static int ig_threads(const ig_geom *g, int64_t scratch_floats) {
+static int ig_threads(const ig_plan *g, int64_t scratch_floats) {
     int64_t t = omp_get_max_threads(), fit = ig_panels_fit(g, scratch_floats);
     return (int)(t < fit ? t : fit);
 }
@@ -821,7 +821,7 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
                            cpu_store_act act) {
-    ig_geom g = ig_make(c, f, in, out, k, d, p);
+    ig_plan g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
     ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
@@ -832,7 +832,7 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
 bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
-    ig_geom g = ig_make(c, f, in, out, k, d, p);
+    ig_plan g = ig_make(c, f, in, out, k, d, p);
     const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_tile(&g);
     const int64_t fit = (scratch_floats - kkp * f) / per;  // tiles' buffers that fit
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
@@ -881,7 +881,7 @@ bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
     int64_t pf[3];
     for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
-    ig_geom g = ig_make(f, c, out, in, k, d, pf);
+    ig_plan g = ig_make(f, c, out, in, k, d, pf);
     if (!ig_fits(&g, scratch_floats)) return false;
     if (!dy) return true;
     ig_pack_flipped(&g, ig_kernels_get()->mr, w, scratch);
