@@ -19,8 +19,8 @@ typedef struct {
 // Bytes an arena needs to hold a request of n bytes (with alignment slack).
 static inline size_t arena_round(size_t n) { return (n + GL_ARENA_ALIGN - 1) & ~(size_t)(GL_ARENA_ALIGN - 1); }
 
-// Reserves cap bytes (zeroed) of host memory. Exits with GL_EXIT_RUNTIME and a hint when memory
-// is short.
+// Reserves cap bytes (zeroed) of host memory: arena_init_for with the CPU backend, defined beside
+// it (src/backend/cpu/cpu_backend.c). Exits with GL_EXIT_RUNTIME and a hint when memory is short.
 void arena_init(gl_arena *a, size_t cap);
 // The same in the backend's memory (a GPU's, for the CUDA backend): the run's model arena.
 void arena_init_for(gl_arena *a, size_t cap, const struct gl_backend *be);

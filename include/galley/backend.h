@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "galley/backend_types.h"  // PRECISION_*, LOSS_*, OPT_*, gl_conv_geom
+
 #ifdef __cplusplus  // the CUDA backend's files are C++
 extern "C" {
 #endif
@@ -41,7 +43,7 @@ typedef struct {
     bool plain;           // optimizer.exclude_1d and a 1-D tensor: no weight decay, LAMB ratio 1
 } gl_chunk;
 
-// One optimizer update's scalars, computed on the host by src/optim (rule: OPT_* of recipe.h).
+// One optimizer update's scalars, computed on the host by src/optim (rule: OPT_* of backend_types.h).
 typedef struct {
     int rule;
     bool clip;            // multiply every gradient by coef first (and keep it in g)
@@ -163,7 +165,7 @@ typedef struct gl_backend {
     // Sets the number of threads kernels may use.
     void (*set_threads)(int threads);
     // Sets the arithmetic of the GEMM-shaped kernels (dense, conv, conv_transpose) from a
-    // PRECISION_* of recipe.h (train.precision; auto picks by the device) and returns the one in
+    // PRECISION_* (backend_types.h) (train.precision; auto picks by the device) and returns the one in
     // effect: fp32 exact (the default), tf32 tensor cores, or bf16/fp16 operands with fp32
     // accumulation and fp32 results (every tensor stays fp32 in memory). -1 with the reason in
     // msg when the device cannot do it (e.g. bf16 below compute capability 8.0). NULL on the CPU,
@@ -173,51 +175,38 @@ typedef struct gl_backend {
 
     // ---- convolution family (conv, transposed conv): owned by src/backend/cpu/cpu_conv*.c ----
     // (begin conv region)
-    // Convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW] in `groups` groups (dividing C and F);
-    // a 2D map is D = OD = 1 with k[0] = s[0] = d[0] = 1, p[0] = 0. in, out are {D, H, W}; k, s,
-    // d, p the kernel, stride, dilation and padding before, per dimension (the padding after
-    // follows from the sizes). w is [F, C/groups, KD, KH, KW], b [F] or NULL (PyTorch's layout).
-    // scratch [scratch_floats] holds a chunk of samples' im2col columns, (C*KD*KH*KW + F) *
-    // OD*OH*OW floats per sample: at least one sample's, except for a 1x1x1 kernel with stride 1,
-    // no padding and out == in, which needs none.
-    void (*conv_forward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                         const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3],
-                         const float *x, const float *w, const float *b, float *y, float *scratch,
-                         int64_t scratch_floats);
+    // Convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW] of geometry g (backend_types.h: N = g->n,
+    // C = g->c, F = g->f, in `groups` groups dividing C and F; in, out are {D, H, W}; k, s, d, p the
+    // kernel, stride, dilation and padding before, per dimension; the padding after follows from
+    // the sizes). w is [F, C/groups, KD, KH, KW], b [F] or NULL (PyTorch's layout). scratch
+    // [scratch_floats] holds a chunk of samples' im2col columns, (C*KD*KH*KW + F) * OD*OH*OW floats
+    // per sample: at least one sample's, except for a 1x1x1 kernel with stride 1, no padding and
+    // out == in, which needs none.
+    void (*conv_forward)(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
+                         float *scratch, int64_t scratch_floats);
     // Optional (NULL: no fusion): conv_forward with y = act(conv(x) + b) as it is stored, act
     // relu or leaky_relu with slope >= 0, the same bits as act_forward after conv_forward. The
     // graph fuses a convolution with the activation that alone reads it (graph_build).
-    void (*conv_forward_act)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                             const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                             const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+    void (*conv_forward_act)(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                              float *scratch, int64_t scratch_floats, gl_act act, float slope);
     // dw [F, C/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
-    void (*conv_backward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                          const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3],
-                          const float *x, const float *w, const float *dy, float *dw, float *db, float *dx,
-                          float *scratch, int64_t scratch_floats);
-    // Transposed convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW]: the input gradient of the
-    // convolution F -> C from {OD, OH, OW} to {D, H, W} with the same k, s, d, p (so y's size past
-    // that convolution's reach, PyTorch's output_padding, only gets the bias). w is
-    // [C, F/groups, KD, KH, KW], b [F] or NULL (PyTorch's ConvTranspose layout). scratch: (F*KD*KH*KW
-    // + C) * D*H*W floats per sample, as for that convolution.
-    void (*conv_transpose_forward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                   const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                   const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+    void (*conv_backward)(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
+                          float *db, float *dx, float *scratch, int64_t scratch_floats);
+    // Transposed convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW] of geometry g: the input
+    // gradient of the convolution F -> C from {OD, OH, OW} to {D, H, W} with the same k, s, d, p
+    // (gl_conv_geom_flipped; so y's size past that convolution's reach, PyTorch's output_padding,
+    // only gets the bias). w is [C, F/groups, KD, KH, KW], b [F] or NULL (PyTorch's ConvTranspose
+    // layout). scratch: (F*KD*KH*KW + C) * D*H*W floats per sample, as for that convolution.
+    void (*conv_transpose_forward)(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                                    float *scratch, int64_t scratch_floats);
     // Optional (NULL: no fusion): conv_transpose_forward with y = act(convt(x) + b) as it is
     // stored, as conv_forward_act (relu or leaky_relu with slope >= 0; the bits of act_forward after
     // conv_transpose_forward).
-    void (*conv_transpose_forward_act)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                       const int64_t out[3], const int64_t k[3], const int64_t s[3],
-                                       const int64_t d[3], const int64_t p[3], const float *x, const float *w,
-                                       const float *b, float *y, float *scratch, int64_t scratch_floats, gl_act act,
-                                       float slope);
+    void (*conv_transpose_forward_act)(const gl_conv_geom *g, const float *x, const float *w, const float *b,
+                                       float *y, float *scratch, int64_t scratch_floats, gl_act act, float slope);
     // dw [C, F/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
-    void (*conv_transpose_backward)(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                    const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
-                                    float *db, float *dx, float *scratch, int64_t scratch_floats);
+    void (*conv_transpose_backward)(const gl_conv_geom *g, const float *x, const float *w, const float *dy,
+                                    float *dw, float *db, float *dx, float *scratch, int64_t scratch_floats);
     // (end conv region)
 
     // ---- pooling, normalisation, shape and merge layers: src/backend/cpu/cpu_pool*.c, cpu_norm*.c ----

@@ -29,8 +29,9 @@
 // so a GPU backend can run the update).
 typedef gl_chunk gl_optim_chunk;
 
-typedef struct {
+typedef struct gl_optim {
     int type;  // OPT_*
+    const struct gl_optim_rule *rule;  // optim_rule(type)
     double momentum, weight_decay;
     bool nesterov;
     double beta1, beta2, eps;
@@ -45,6 +46,36 @@ typedef struct {
     double *ratio;           // [ntensors] LAMB: the trust ratio each tensor got at the last step
     double last_scale;       // the factor the last step multiplied the gradients by (1: not clipped)
 } gl_optim;
+
+// ---- the registry (optim_registry.c): one entry per rule ---------------------------------------
+// A rule is one file (sgd.c, adam.c's adamw and lamb) that defines `const gl_optim_rule
+// optim_rule_<name>`, plus its line in GL_OPTIM_RULES (backend_types.h), which gives it its OPT_*
+// value; with CUDA, its device update is cuda_optim_<name> (a cuda_rule_fn, in cuda_optim.cu or a
+// .cu file of its own), which backend.h's optim_update finds by gl_optim_args.rule.
+#define GL_OPTIM_MAX_STATE 2
+
+// Its name (optimizer.type, and the "optimizer" attribute of checkpoints) is its GL_OPTIM_RULES
+// line's: optim_name(type).
+typedef struct gl_optim_rule {
+    // The [n] state buffers it keeps, by their checkpoint dataset names (a gl_optim field each:
+    // velocity, m, v), in checkpoint order; NULL past the last.
+    const char *state[GL_OPTIM_MAX_STATE];
+    bool (*keeps_state)(const recipe_t *r);  // NULL: always; else whether this recipe keeps them
+    bool adam;  // its scalars include adam_args' bias corrections
+    // One CPU update of w from g over o->chunks (optim_internal.h); lr: the double learning rate.
+    void (*step)(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g);
+    // The same through the backend's optim_update (a device's memory); ends before be->sync().
+    void (*device_step)(gl_optim *o, const struct gl_backend *be, const gl_optim_args *a, float *w, float *g);
+    // Checks beyond the schema: NULL when r is fine, else the message and *key, the key to name.
+    const char *(*check)(const recipe_t *r, const char **key);
+} gl_optim_rule;
+
+// The rule of an OPT_* value, or NULL for none.
+const gl_optim_rule *optim_rule(int type);
+// "sgd", "adamw", ... for an OPT_* value ("?" for none): recipes and checkpoints store these.
+const char *optim_name(int type);
+// Every rule's name in OPT_* order, then NULL: optimizer.type's choices (schema.c).
+extern const char *const optim_names[];
 
 // Arena bytes optim_init will take for this recipe's optimizer over g's parameters.
 size_t optim_bytes(const recipe_t *r, const gl_graph *g);

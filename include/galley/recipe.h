@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "galley/backend_types.h"  // PRECISION_*, LOSS_*, OPT_*
 #include "galley/schema.h"
 #include "galley/ytree.h"
 
@@ -25,7 +26,8 @@ typedef struct {
     int index;
 } layer_cfg;
 
-// Enum values, in the order of their choices tables in schema.c.
+// Enum values, in the order of their choices tables in schema.c (PRECISION_*, LOSS_* and OPT_*:
+// backend_types.h).
 enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1 };
 enum { DATA_SAMPLES_STACKED = 0, DATA_SAMPLES_PER_FILE = 1 };
 enum { DATA_LAYOUT_CHANNELS_FIRST = 0, DATA_LAYOUT_CHANNELS_LAST = 1 };
@@ -35,16 +37,8 @@ enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
 enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
 enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
 enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D };
-enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
 enum { DEVICE_AUTO = 0, DEVICE_CPU = 1, DEVICE_CUDA = 2 };
-enum { PRECISION_AUTO = 0, PRECISION_FP32, PRECISION_TF32, PRECISION_BF16, PRECISION_FP16 };
-// "auto", "fp32", ... for a PRECISION_* (inline: the CUDA backend's C++ uses it too).
-static inline const char *recipe_precision_name(int p) {
-    static const char *const names[] = {"auto", "fp32", "tf32", "bf16", "fp16"};
-    return p >= PRECISION_AUTO && p <= PRECISION_FP16 ? names[p] : "?";
-}
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
-enum { OPT_SGD = 0, OPT_ADAMW = 1, OPT_LAMB = 2 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
 enum { DECAY_CONSTANT = 0, DECAY_MULTISTEP = 1, DECAY_COSINE = 2, DECAY_POLY = 3 };
 enum { SCALE_NONE = 0, SCALE_LINEAR = 1, SCALE_SQRT = 2 };

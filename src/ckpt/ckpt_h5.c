@@ -129,4 +129,4 @@ int ck_optim_buffers(const gl_optim *o, const char **names, float **bufs) {
     return n;
 }
 
-const char *ck_optim_name(int type) { return type == OPT_SGD ? "sgd" : type == OPT_ADAMW ? "adamw" : "lamb"; }
+const char *ck_optim_name(int type) { return optim_name(type); }  // the registry's (optim.h)

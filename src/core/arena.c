@@ -1,4 +1,6 @@
-// arena.c: one zeroed, aligned block per run, handed out front to back.
+// arena.c: one zeroed, aligned block per run, handed out front to back. The block comes from a
+// backend's allocator (arena_init_for); arena_init, host memory, is the CPU backend's
+// (src/backend/cpu/cpu_backend.c), so core depends on no backend.
 #include "galley/arena.h"
 
 #include <stdlib.h>
@@ -7,8 +9,6 @@
 
 #include "galley/backend.h"
 #include "galley/check.h"
-
-void arena_init(gl_arena *a, size_t cap) { arena_init_for(a, cap, backend_cpu()); }
 
 void arena_init_for(gl_arena *a, size_t cap, const gl_backend *be) {
     cap = arena_round(cap ? cap : GL_ARENA_ALIGN);

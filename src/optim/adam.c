@@ -10,6 +10,7 @@
 //     ratio = ||W|| / ||U||  (1 when either norm is 0);  w -= lr * ratio * u
 #include <math.h>
 
+#include "galley/backend.h"
 #include "optim/optim_internal.h"
 
 // Bias corrections for step t, as PyTorch computes them (step_size = lr / bc1, sqrt(bc2)), and
@@ -32,7 +33,8 @@ static inline float adam_direction(const gl_optim_args *k, float m, float v) {
 }
 
 // w, g, o->m, o->v are (n)
-void adamw_update(gl_optim *o, const gl_optim_args *a, float *w, float *g) {
+static void adamw_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
+    (void)lr;  // a->lr, as a float
     const gl_optim_args k = *a;  // a local copy: stores to w, g, m, v cannot alias it
     const float step = k.lr, decayed = k.decayed, coef = k.coef;
     const bool clip = k.clip;
@@ -68,7 +70,7 @@ void lamb_ratios(gl_optim *o, const double *wsq, const double *usq) {
 // w, g, o->m, o->v are (n). Three passes over the chunks: moments and the per-chunk sums of
 // w^2 and u^2; the per-tensor ratios (serially, in chunk order); the update, recomputing u
 // from the stored moments with the same arithmetic (nothing else to store).
-void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
+static void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
     const gl_optim_args k = *a;
     const float wd = k.weight_decay, coef = k.coef;
     const bool clip = k.clip;
@@ -105,3 +107,32 @@ void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float
         }
     }
 }
+
+// AdamW on the backend's device (s0 = m, s1 = v).
+static void adamw_device(gl_optim *o, const gl_backend *be, const gl_optim_args *a, float *w, float *g) {
+    be->optim_update(o->nchunks, o->chunks, a, w, g, o->m, o->v, NULL, NULL);
+}
+
+// LAMB on the device: phase 1 (moments, per-chunk sums of w^2 and u^2 into partial[nchunks,
+// 3 nchunks), as the CPU lays them out), the ratios on the host exactly as the CPU computes them,
+// phase 2.
+static void lamb_device(gl_optim *o, const gl_backend *be, const gl_optim_args *a, float *w, float *g) {
+    double *sums = o->partial + o->nchunks;
+    be->optim_update(o->nchunks, o->chunks, a, w, g, o->m, o->v, sums, NULL);
+    lamb_ratios(o, sums, sums + o->nchunks);
+    be->optim_update(o->nchunks, o->chunks, a, w, g, o->m, o->v, NULL, o->ratio);
+}
+
+const gl_optim_rule optim_rule_adamw = {
+    .state = {"m", "v"},
+    .adam = true,
+    .step = adamw_update,
+    .device_step = adamw_device,
+};
+
+const gl_optim_rule optim_rule_lamb = {
+    .state = {"m", "v"},
+    .adam = true,
+    .step = lamb_update,
+    .device_step = lamb_device,
+};

@@ -21,15 +21,35 @@ static void plan(const gl_graph *g, int *ntensors, int *nchunks) {
     *nchunks = nc;
 }
 
-static bool has_velocity(const recipe_t *r) { return r->optimizer.type == OPT_SGD && r->optimizer.momentum > 0; }
-static bool has_moments(const recipe_t *r) { return r->optimizer.type != OPT_SGD; }
+// The registry's rule of r's optimizer.type.
+static const gl_optim_rule *rule_of(const recipe_t *r) {
+    const gl_optim_rule *rule = optim_rule(r->optimizer.type);
+    GL_CHECK(rule != NULL, "unknown optimizer type");
+    return rule;
+}
+
+// The state buffers r's rule keeps (0 when it keeps none for this recipe).
+static int state_count(const recipe_t *r) {
+    const gl_optim_rule *rule = rule_of(r);
+    if (rule->keeps_state && !rule->keeps_state(r)) return 0;
+    int n = 0;
+    while (n < GL_OPTIM_MAX_STATE && rule->state[n]) n++;
+    return n;
+}
+
+// The gl_optim field of the state buffer a rule names (its checkpoint dataset name).
+static float **state_field(gl_optim *o, const char *name) {
+    if (strcmp(name, "velocity") == 0) return &o->velocity;
+    if (strcmp(name, "m") == 0) return &o->m;
+    GL_CHECK(strcmp(name, "v") == 0, "an optimizer state buffer is velocity, m or v");
+    return &o->v;
+}
 
 size_t optim_bytes(const recipe_t *r, const gl_graph *g) {
     int nt, nc;
     plan(g, &nt, &nc);
     size_t floats = arena_round((size_t)g->nparams * sizeof(float)), bytes = 0;
-    if (has_velocity(r)) bytes += floats;
-    if (has_moments(r)) bytes += 2 * floats;
+    bytes += (size_t)state_count(r) * floats;
     if (nc > 0)
         bytes += arena_round((size_t)nc * sizeof(gl_optim_chunk)) + arena_round(3 * (size_t)nc * sizeof(double)) +
                  arena_round((size_t)nt * sizeof(double));
@@ -39,6 +59,7 @@ size_t optim_bytes(const recipe_t *r, const gl_graph *g) {
 void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) {
     memset(o, 0, sizeof *o);
     o->type = r->optimizer.type;
+    o->rule = rule_of(r);
     o->momentum = r->optimizer.momentum;
     o->weight_decay = r->optimizer.weight_decay;
     o->nesterov = r->optimizer.nesterov;
@@ -48,11 +69,8 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
     o->clip_norm = r->optimizer.clip_norm;
     o->n = g->nparams;
     o->last_scale = 1.0;
-    if (o->n > 0 && has_velocity(r)) o->velocity = arena_floats(a, o->n);
-    if (o->n > 0 && has_moments(r)) {
-        o->m = arena_floats(a, o->n);
-        o->v = arena_floats(a, o->n);
-    }
+    for (int i = 0, ns = state_count(r); o->n > 0 && i < ns; i++)
+        *state_field(o, o->rule->state[i]) = arena_floats(a, o->n);
     plan(g, &o->ntensors, &o->nchunks);
     if (o->nchunks == 0) return;
     o->chunks = arena_alloc(a, (size_t)o->nchunks * sizeof(gl_optim_chunk));
@@ -113,25 +131,15 @@ static gl_optim_args optim_args(const gl_optim *o, bool clip, float coef, double
                        .momentum = (float)o->momentum,
                        .weight_decay = (float)o->weight_decay,
                        .nesterov = o->nesterov};
-    if (o->type != OPT_SGD) adam_args(o, lr, t, &a);
+    if (o->rule->adam) adam_args(o, lr, t, &a);
     return a;
 }
 
-// The update on the device. LAMB: phase 1 (moments, per-chunk sums of w^2 and u^2 into
-// partial[nchunks, 3 nchunks), as the CPU lays them out), the ratios on the host exactly as the
-// CPU computes them, phase 2. Ends with sync, so host code that reads the parameters or the
-// state next (checkpoints) sees the update, as it does after the CPU's loops.
+// The update on the device (the rule's device_step). Ends with sync, so host code that reads the
+// parameters or the state next (checkpoints) sees the update, as it does after the CPU's loops.
 static void device_update(gl_optim *o, const gl_backend *be, const gl_optim_args *a, gl_graph *g) {
     if (o->nchunks == 0) return;
-    float *s0 = o->type == OPT_SGD ? o->velocity : o->m;
-    if (o->type == OPT_LAMB) {
-        double *sums = o->partial + o->nchunks;
-        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, sums, NULL);
-        lamb_ratios(o, sums, sums + o->nchunks);
-        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, NULL, o->ratio);
-    } else {
-        be->optim_update(o->nchunks, o->chunks, a, g->params, g->grads, s0, o->v, NULL, NULL);
-    }
+    o->rule->device_step(o, be, a, g->params, g->grads);
     be->sync();
 }
 
@@ -152,16 +160,12 @@ double optim_step_scaled(gl_optim *o, gl_graph *g, double lr, double scale) {
     // when neither applies, so fp32 runs keep their bits).
     double mult = (clip ? coef : 1.0) / scale;
     int64_t t = o->steps + 1;
-    GL_CHECK(o->type == OPT_SGD || o->type == OPT_ADAMW || o->type == OPT_LAMB, "unknown optimizer type");
+    GL_CHECK(o->rule && o->rule == optim_rule(o->type), "unknown optimizer type");
     const gl_optim_args a = optim_args(o, clip || scale != 1.0, (float)mult, lr, t);
     if (on_device(g->be)) {
         device_update(o, g->be, &a, g);
     } else {
-        switch (o->type) {
-        case OPT_SGD: sgd_update(o, &a, g->params, g->grads); break;
-        case OPT_ADAMW: adamw_update(o, &a, g->params, g->grads); break;
-        default: lamb_update(o, &a, lr, g->params, g->grads); break;
-        }
+        o->rule->step(o, &a, lr, g->params, g->grads);
     }
     o->steps = t;
     return norm;

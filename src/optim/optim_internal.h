@@ -16,11 +16,7 @@ void adam_args(const gl_optim *o, double lr, int64_t t, gl_optim_args *a);
 // per-chunk sums wsq[c] of w^2 and usq[c] of u^2, added per tensor in chunk order.
 void lamb_ratios(gl_optim *o, const double *wsq, const double *usq);
 
-// w, g, o->velocity are (n)
-void sgd_update(gl_optim *o, const gl_optim_args *a, float *w, float *g);
-// w, g, o->m, o->v are (n)
-void adamw_update(gl_optim *o, const gl_optim_args *a, float *w, float *g);
-// lr: the double learning rate (each tensor's step is lr * ratio, rounded once)
-void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g);
+// The rules' CPU updates and device drivers live in their files (sgd.c, adam.c) and reach
+// optim.c only through their gl_optim_rule entries (optim.h).
 
 #endif

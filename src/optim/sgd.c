@@ -4,11 +4,13 @@
 //     v = m * v + d                  (PyTorch starts v at the first d; a zeroed v gives the same)
 //     d = nesterov ? d + m * v : v   (only with momentum m > 0)
 //     w -= lr * d
+#include "galley/backend.h"
 #include "optim/optim_internal.h"
 
 // w, g, o->velocity are (n). The branches are hoisted out of the element loops so they
 // vectorise; the arithmetic per element is the same in every variant.
-void sgd_update(gl_optim *o, const gl_optim_args *a, float *w, float *g) {
+static void sgd_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
+    (void)lr;  // a->lr, as a float
     // Locals: stores to g and w could otherwise alias *a and stop the loops vectorising.
     const float m = a->momentum, wd = a->weight_decay, step = a->lr, coef = a->coef;
     const bool nesterov = a->nesterov, clip = a->clip;
@@ -41,3 +43,24 @@ void sgd_update(gl_optim *o, const gl_optim_args *a, float *w, float *g) {
         }
     }
 }
+
+// The same on the backend's device (s0: the velocity, or NULL without momentum).
+static void sgd_device(gl_optim *o, const gl_backend *be, const gl_optim_args *a, float *w, float *g) {
+    be->optim_update(o->nchunks, o->chunks, a, w, g, o->velocity, o->v, NULL, NULL);
+}
+
+// Momentum needs its velocity; plain SGD keeps no state.
+static bool sgd_keeps_state(const recipe_t *r) { return r->optimizer.momentum > 0; }
+
+static const char *sgd_check(const recipe_t *r, const char **key) {
+    *key = "optimizer.nesterov";
+    return r->optimizer.nesterov && r->optimizer.momentum <= 0 ? "Nesterov momentum needs momentum > 0" : NULL;
+}
+
+const gl_optim_rule optim_rule_sgd = {
+    .state = {"velocity"},
+    .keeps_state = sgd_keeps_state,
+    .step = sgd_update,
+    .device_step = sgd_device,
+    .check = sgd_check,
+};

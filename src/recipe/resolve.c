@@ -10,6 +10,7 @@
 
 #include "galley/check.h"
 #include "galley/layer.h"
+#include "galley/optim.h"  // optim_rule
 #include "recipe/recipe_internal.h"
 
 #define MAX_REPORTED 25
@@ -335,9 +336,11 @@ static void cross_schedule(rctx *c, recipe_t *r, const yt_node *root) {
                 break;
             }
     }
-    if (r->optimizer.type == OPT_SGD && r->optimizer.nesterov && r->optimizer.momentum <= 0) {
+    const gl_optim_rule *rule = optim_rule(r->optimizer.type);  // its own checks (the registry, optim.h)
+    const char *key = NULL, *why = rule && rule->check ? rule->check(r, &key) : NULL;
+    if (why) {
         const yt_node *o = node_at(root, "optimizer");
-        rctx_error(c, o ? o->mark : root->mark, "optimizer.nesterov", "Nesterov momentum needs momentum > 0");
+        rctx_error(c, o ? o->mark : root->mark, key, "%s", why);
     }
 }
 

@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "galley/optim.h"  // optim_names, optim_rule
 #include "galley/recipe.h"
 
 #define OFF(field) offsetof(recipe_t, field)
@@ -15,7 +16,7 @@ static bool is_field_kind(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D; 
 static bool has_channels(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D && kind_of(b) <= SYNTH_CLIMATE2D; }
 static bool is_xent(const void *b) { return R(b)->train.loss == LOSS_SOFTMAX_XENT; }
 static bool is_sgd(const void *b) { return R(b)->optimizer.type == OPT_SGD; }
-static bool is_adam_like(const void *b) { return R(b)->optimizer.type != OPT_SGD; }
+static bool is_adam_like(const void *b) { return optim_rule(R(b)->optimizer.type)->adam; }
 static bool is_multistep(const void *b) { return R(b)->optimizer.schedule.decay == DECAY_MULTISTEP; }
 static bool is_annealing(const void *b) {
     return R(b)->optimizer.schedule.decay == DECAY_COSINE || R(b)->optimizer.schedule.decay == DECAY_POLY;
@@ -39,7 +40,6 @@ static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1",
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const precision_choices[] = {"auto", "fp32", "tf32", "bf16", "fp16", NULL};
-static const char *const opt_choices[] = {"sgd", "adamw", "lamb", NULL};
 static const char *const unit_choices[] = {"steps", "epochs", NULL};
 static const char *const decay_choices[] = {"constant", "multistep", "cosine", "poly", NULL};
 static const char *const scaling_choices[] = {"none", "linear", "sqrt", NULL};
@@ -306,7 +306,7 @@ static const key_spec schedule_keys[] = {
 };
 
 static const key_spec optimizer_keys[] = {
-    {"type", KT_ENUM, KF_DEFAULT, "sgd", NO_RANGE, opt_choices, OFF(optimizer.type), NULL,
+    {"type", KT_ENUM, KF_DEFAULT, "sgd", NO_RANGE, optim_names, OFF(optimizer.type), NULL,
      "sgd (momentum, Nesterov), adamw (decoupled weight decay) or lamb (layer-wise trust ratio, for large "
      "batches)"},
     {"lr", KT_FLOAT, KF_REQUIRED, NULL, 0, 1e6, NULL, OFF(optimizer.lr), NULL,

@@ -330,6 +330,11 @@ static void check_kernels(const cv_case *t, int transpose, int64_t n, int64_t ss
     case_text(t, transpose, extra, what, sizeof what);
     const gl_backend *be = backend_cpu();
     ref_geom r = ref_geometry(t, transpose);
+    gl_conv_geom kg = {.nd = t->nd, .n = n, .c = t->c, .f = t->f, .groups = t->g};  // what the kernels take
+    for (int j = 0; j < 3; j++) {
+        kg.in[j] = r.in[j], kg.out[j] = r.out[j], kg.k[j] = r.k[j];
+        kg.s[j] = r.s[j], kg.d[j] = r.d[j], kg.p[j] = r.p[j];
+    }
     int64_t nx = t->c * r.in_pos, ny = t->f * r.out_pos;
     int64_t nw = (transpose ? t->c * (t->f / t->g) : t->f * (t->c / t->g)) * r.taps;
     // Per sample: (C*taps + F) * OD*OH*OW of the convolution the kernel runs.
@@ -351,12 +356,10 @@ static void check_kernels(const cv_case *t, int transpose, int64_t n, int64_t ss
     tl_fill_uniform(b, t->f, -1, 1, 203);
     for (int64_t i = 0; i < n * ny; i++) y[i] = 1e30f;
     if (transpose) {
-        be->conv_transpose_forward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, t->bias ? b : NULL,
-                                   y, scratch, sf);
+        be->conv_transpose_forward(&kg, x, w, t->bias ? b : NULL, y, scratch, sf);
         ref_convt(&r, n, t->c, t->f, t->g, x, w, t->bias ? b : NULL, ry, NULL, NULL, NULL, NULL);
     } else {
-        be->conv_forward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, t->bias ? b : NULL, y, scratch,
-                         sf);
+        be->conv_forward(&kg, x, w, t->bias ? b : NULL, y, scratch, sf);
         ref_conv(&r, n, t->c, t->f, t->g, x, w, t->bias ? b : NULL, ry, NULL, NULL, NULL, NULL);
     }
     expect_close(what, "y", y, ry, n * ny, 1e-5, 2e-6 * (double)(r.taps * t->c + 1));
@@ -366,11 +369,9 @@ static void check_kernels(const cv_case *t, int transpose, int64_t n, int64_t ss
     for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
     for (int64_t i = 0; i < t->f; i++) db[i] = 1e30f;
     if (transpose)
-        be->conv_transpose_backward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, dy, dw,
-                                    with_db ? db : NULL, with_dx ? dx : NULL, scratch, sf);
+        be->conv_transpose_backward(&kg, x, w, dy, dw, with_db ? db : NULL, with_dx ? dx : NULL, scratch, sf);
     else
-        be->conv_backward(n, t->c, t->f, t->g, r.in, r.out, r.k, r.s, r.d, r.p, x, w, dy, dw, with_db ? db : NULL,
-                          with_dx ? dx : NULL, scratch, sf);
+        be->conv_backward(&kg, x, w, dy, dw, with_db ? db : NULL, with_dx ? dx : NULL, scratch, sf);
     if (transpose) ref_convt(&r, n, t->c, t->f, t->g, x, w, NULL, NULL, dy, rdx, rdw, rdb);
     else ref_conv(&r, n, t->c, t->f, t->g, x, w, NULL, NULL, dy, rdx, rdw, rdb);
     double atol = 1e-6 * (double)(n * (r.out_pos + r.in_pos) + t->f * r.taps);

@@ -517,6 +517,11 @@ static int is_direct(const conv_geom *g) {
 static void check_conv(const backends *b, const conv_case *t, int transpose, int full) {
     conv_geom g = transpose ? convt_geometry(t) : conv_geometry(t);
     int64_t n = t->n, c = t->c, f = t->f, grp = t->groups;
+    gl_conv_geom kg = {.nd = t->nd, .n = n, .c = c, .f = f, .groups = grp};  // what the kernels take
+    for (int j = 0; j < 3; j++) {
+        kg.in[j] = g.in[j], kg.out[j] = g.out[j], kg.k[j] = g.k[j];
+        kg.s[j] = g.s[j], kg.d[j] = g.d[j], kg.p[j] = g.p[j];
+    }
     char ctx[256];
     snprintf(ctx, sizeof ctx, "%s %s: n=%lld c=%lld f=%lld in=[%lld,%lld,%lld] out=[%lld,%lld,%lld] %s",
              transpose ? "conv_transpose" : "conv", t->name, (long long)n, (long long)c, (long long)f,
@@ -534,15 +539,11 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
     twin x = twin_uniform(b, nx, -1, 1, 50), w = twin_uniform(b, nw, -1, 1, 51), bias = twin_uniform(b, f, -1, 1, 52);
     twin y = twin_const(b, ny, NAN);
     if (transpose) {
-        b->cpu->conv_transpose_forward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, full ? bias.c : NULL,
-                                       y.c, sc, sf);
-        b->gpu->conv_transpose_forward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, full ? bias.g : NULL,
-                                       y.g, sg, sf);
+        b->cpu->conv_transpose_forward(&kg, x.c, w.c, full ? bias.c : NULL, y.c, sc, sf);
+        b->gpu->conv_transpose_forward(&kg, x.g, w.g, full ? bias.g : NULL, y.g, sg, sf);
     } else {
-        b->cpu->conv_forward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, full ? bias.c : NULL, y.c, sc,
-                             sf);
-        b->gpu->conv_forward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, full ? bias.g : NULL, y.g, sg,
-                             sf);
+        b->cpu->conv_forward(&kg, x.c, w.c, full ? bias.c : NULL, y.c, sc, sf);
+        b->gpu->conv_forward(&kg, x.g, w.g, full ? bias.g : NULL, y.g, sg, sf);
     }
     b->gpu->sync();
     expect_gemm(b, ctx, "y", y.g, y.c, ny, (c / grp) * g.taps + 1);
@@ -553,15 +554,11 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
         const float slope = full ? 0.0f : 0.1f;
         twin ya = twin_const(b, ny, NAN);
         if (transpose) {
-            b->cpu->conv_transpose_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c,
-                                               full ? bias.c : NULL, ya.c, sc, sf, a, slope);
-            b->gpu->conv_transpose_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g,
-                                               full ? bias.g : NULL, ya.g, sg, sf, a, slope);
+            b->cpu->conv_transpose_forward_act(&kg, x.c, w.c, full ? bias.c : NULL, ya.c, sc, sf, a, slope);
+            b->gpu->conv_transpose_forward_act(&kg, x.g, w.g, full ? bias.g : NULL, ya.g, sg, sf, a, slope);
         } else {
-            b->cpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, full ? bias.c : NULL,
-                                     ya.c, sc, sf, a, slope);
-            b->gpu->conv_forward_act(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, full ? bias.g : NULL,
-                                     ya.g, sg, sf, a, slope);
+            b->cpu->conv_forward_act(&kg, x.c, w.c, full ? bias.c : NULL, ya.c, sc, sf, a, slope);
+            b->gpu->conv_forward_act(&kg, x.g, w.g, full ? bias.g : NULL, ya.g, sg, sf, a, slope);
         }
         b->gpu->act_forward(a, slope, ny, y.g, y.g);
         b->gpu->sync();
@@ -573,15 +570,11 @@ static void check_conv(const backends *b, const conv_case *t, int transpose, int
     twin dy = twin_uniform(b, ny, -1, 1, 53), dw = twin_const(b, nw, NAN), db = twin_const(b, f, NAN);
     twin dx = twin_uniform(b, nx, -1, 1, 54);
     if (transpose) {
-        b->cpu->conv_transpose_backward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, dy.c, dw.c,
-                                        full ? db.c : NULL, full ? dx.c : NULL, sc, sf);
-        b->gpu->conv_transpose_backward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, dy.g, dw.g,
-                                        full ? db.g : NULL, full ? dx.g : NULL, sg, sf);
+        b->cpu->conv_transpose_backward(&kg, x.c, w.c, dy.c, dw.c, full ? db.c : NULL, full ? dx.c : NULL, sc, sf);
+        b->gpu->conv_transpose_backward(&kg, x.g, w.g, dy.g, dw.g, full ? db.g : NULL, full ? dx.g : NULL, sg, sf);
     } else {
-        b->cpu->conv_backward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.c, w.c, dy.c, dw.c, full ? db.c : NULL,
-                              full ? dx.c : NULL, sc, sf);
-        b->gpu->conv_backward(n, c, f, grp, g.in, g.out, g.k, g.s, g.d, g.p, x.g, w.g, dy.g, dw.g, full ? db.g : NULL,
-                              full ? dx.g : NULL, sg, sf);
+        b->cpu->conv_backward(&kg, x.c, w.c, dy.c, dw.c, full ? db.c : NULL, full ? dx.c : NULL, sc, sf);
+        b->gpu->conv_backward(&kg, x.g, w.g, dy.g, dw.g, full ? db.g : NULL, full ? dx.g : NULL, sg, sf);
     }
     b->gpu->sync();
     // dw sums over samples and the positions of the convolution's output (x's for the transpose).

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/arena.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -118,3 +119,7 @@ static const gl_backend cpu = {
 };
 
 const gl_backend *backend_cpu(void) { return &cpu; }
+
+// arena.h: a host-memory arena is one from the CPU backend's allocator (core/arena.c takes the
+// allocator from its caller and knows no backend).
+void arena_init(gl_arena *a, size_t cap) { arena_init_for(a, cap, backend_cpu()); }

@@ -25,39 +25,37 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "galley/check.h"
 
-// A convolution's geometry, in the forward direction (x: input, y: output).
+// A convolution in the forward direction (x: input, y: output; a transposed one's flipped) and
+// the sizes the loops derive from its geometry.
 typedef struct {
-    int64_t c, f, groups;   // input channels, output channels, groups
-    int64_t in[3], out[3];  // {D, H, W} of x and y
-    int64_t k[3], s[3], d[3], p[3];
+    gl_conv_geom geo;               // backend_types.h
     int64_t in_pos, out_pos, taps;  // D*H*W, OD*OH*OW, KD*KH*KW
     int64_t cg, fg, kg;             // per group: C/G, F/G, C/G * taps (a column block's rows)
     bool direct;                    // 1x1x1, stride 1, unpadded, equal sizes: x is its own columns
-} cv_geom;
+} cv_plan;
 
 static int64_t chunk_cap;  // test hook: at most this many samples per chunk (0: no cap)
 
 void cpu_conv_set_chunk_cap(int64_t samples) { chunk_cap = samples; }
 
-static cv_geom geom_make(int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                         const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3]) {
-    cv_geom g = {.c = c, .f = f, .groups = groups, .in_pos = 1, .out_pos = 1, .taps = 1};
+static cv_plan plan_make(const gl_conv_geom *geo) {
+    cv_plan g = {.geo = *geo, .in_pos = 1, .out_pos = 1, .taps = 1};
     bool direct = true;
     for (int i = 0; i < 3; i++) {
-        g.in[i] = in[i], g.out[i] = out[i], g.k[i] = k[i], g.s[i] = s[i], g.d[i] = d[i], g.p[i] = p[i];
-        g.in_pos *= in[i], g.out_pos *= out[i], g.taps *= k[i];
-        direct = direct && k[i] == 1 && s[i] == 1 && p[i] == 0 && in[i] == out[i];
+        g.in_pos *= geo->in[i], g.out_pos *= geo->out[i], g.taps *= geo->k[i];
+        direct = direct && geo->k[i] == 1 && geo->s[i] == 1 && geo->p[i] == 0 && geo->in[i] == geo->out[i];
     }
     g.direct = direct;
+    const int64_t c = geo->c, f = geo->f, groups = geo->groups;
     GL_CHECK(groups >= 1 && c % groups == 0 && f % groups == 0, "conv groups must divide both channel counts");
     g.cg = c / groups, g.fg = f / groups, g.kg = g.cg * g.taps;
     return g;
 }
 
 // Samples per chunk: as many as scratch holds ((C*taps + F) * P floats each), at least one.
-static int64_t chunk_samples(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+static int64_t chunk_samples(const cv_plan *g, int64_t n, int64_t scratch_floats) {
     if (g->direct) return 1;
-    int64_t per = (g->c * g->taps + g->f) * g->out_pos;
+    int64_t per = (g->geo.c * g->taps + g->geo.f) * g->out_pos;
     GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
     int64_t cs = scratch_floats / per;
     if (cs > INT32_MAX / g->out_pos) cs = INT32_MAX / g->out_pos;  // sgemm's int dimensions
@@ -85,60 +83,61 @@ static void valid_range(int64_t in, int64_t out, int64_t s, int64_t p, int64_t o
 
 // x is (cs,C,D,H,W), col is [C*KD*KH*KW, cs*OD*OH*OW]: col[(c,kz,ky,kx)][(s,oz,oy,ox)] is the input
 // element tap (kz,ky,kx) of output (oz,oy,ox) reads, 0 in the padding.
-static void im2col(const cv_geom *g, int64_t cs, const float *x, float *col) {
-    const int64_t rows = g->c * g->taps, P = g->out_pos, OD = g->out[0], OH = g->out[1], OW = g->out[2];
-    const int64_t H = g->in[1], W = g->in[2];
+static void im2col(const cv_plan *g, int64_t cs, const float *x, float *col) {
+    const int64_t rows = g->geo.c * g->taps, P = g->out_pos, OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2];
+    const int64_t H = g->geo.in[1], W = g->geo.in[2];
 #pragma omp parallel for collapse(4) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t s = 0; s < cs; s++)
             for (int64_t oz = 0; oz < OD; oz++)
                 for (int64_t oy = 0; oy < OH; oy++) {
                     int64_t ch = r / g->taps, t = r % g->taps;
-                    int64_t kz = t / (g->k[1] * g->k[2]), ky = t / g->k[2] % g->k[1], kx = t % g->k[2];
+                    int64_t kz = t / (g->geo.k[1] * g->geo.k[2]), ky = t / g->geo.k[2] % g->geo.k[1],
+                            kx = t % g->geo.k[2];
                     float *dst = col + (r * cs + s) * P + (oz * OH + oy) * OW;
-                    int64_t iz = oz * g->s[0] - g->p[0] + kz * g->d[0];
-                    int64_t iy = oy * g->s[1] - g->p[1] + ky * g->d[1];
-                    if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= H) {
+                    int64_t iz = oz * g->geo.s[0] - g->geo.p[0] + kz * g->geo.d[0];
+                    int64_t iy = oy * g->geo.s[1] - g->geo.p[1] + ky * g->geo.d[1];
+                    if (iz < 0 || iz >= g->geo.in[0] || iy < 0 || iy >= H) {
                         memset(dst, 0, sizeof(float) * (size_t)OW);
                         continue;
                     }
-                    const float *src = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
-                    int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
-                    valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+                    const float *src = x + (s * g->geo.c + ch) * g->in_pos + (iz * H + iy) * W;
+                    int64_t lo, hi, off = kx * g->geo.d[2] - g->geo.p[2];  // ix = ox * stride + off
+                    valid_range(W, OW, g->geo.s[2], g->geo.p[2], kx * g->geo.d[2], &lo, &hi);
                     for (int64_t ox = 0; ox < lo; ox++) dst[ox] = 0.0f;
-                    if (g->s[2] == 1 && hi > lo)
+                    if (g->geo.s[2] == 1 && hi > lo)
                         memcpy(dst + lo, src + lo + off, sizeof(float) * (size_t)(hi - lo));
-                    else if (g->s[2] > 1)
-                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->s[2] + off];
+                    else if (g->geo.s[2] > 1)
+                        for (int64_t ox = lo; ox < hi; ox++) dst[ox] = src[ox * g->geo.s[2] + off];
                     for (int64_t ox = hi; ox < OW; ox++) dst[ox] = 0.0f;
                 }
 }
 
 // x's row (s, ch, iz, iy) += its taps' entries of col [C*KD*KH*KW, cs*OD*OH*OW] (as im2col),
 // summed in (kz,ky,kx) order.
-static inline void col2im_row(const cv_geom *g, int64_t cs, int64_t s, int64_t ch, int64_t iz, int64_t iy,
+static inline void col2im_row(const cv_plan *g, int64_t cs, int64_t s, int64_t ch, int64_t iz, int64_t iy,
                               const float *col, float *x) {
-    const int64_t P = g->out_pos, OD = g->out[0], OH = g->out[1], OW = g->out[2];
-    const int64_t H = g->in[1], W = g->in[2];
-    float *row = x + (s * g->c + ch) * g->in_pos + (iz * H + iy) * W;
-    for (int64_t kz = 0; kz < g->k[0]; kz++) {
-        int64_t nz = iz + g->p[0] - kz * g->d[0];  // = oz * stride
-        if (nz < 0 || nz % g->s[0] || nz / g->s[0] >= OD) continue;
-        for (int64_t ky = 0; ky < g->k[1]; ky++) {
-            int64_t ny = iy + g->p[1] - ky * g->d[1];
-            if (ny < 0 || ny % g->s[1] || ny / g->s[1] >= OH) continue;
-            int64_t o = (nz / g->s[0] * OH + ny / g->s[1]) * OW;
-            for (int64_t kx = 0; kx < g->k[2]; kx++) {
-                int64_t r = ch * g->taps + (kz * g->k[1] + ky) * g->k[2] + kx;
+    const int64_t P = g->out_pos, OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2];
+    const int64_t H = g->geo.in[1], W = g->geo.in[2];
+    float *row = x + (s * g->geo.c + ch) * g->in_pos + (iz * H + iy) * W;
+    for (int64_t kz = 0; kz < g->geo.k[0]; kz++) {
+        int64_t nz = iz + g->geo.p[0] - kz * g->geo.d[0];  // = oz * stride
+        if (nz < 0 || nz % g->geo.s[0] || nz / g->geo.s[0] >= OD) continue;
+        for (int64_t ky = 0; ky < g->geo.k[1]; ky++) {
+            int64_t ny = iy + g->geo.p[1] - ky * g->geo.d[1];
+            if (ny < 0 || ny % g->geo.s[1] || ny / g->geo.s[1] >= OH) continue;
+            int64_t o = (nz / g->geo.s[0] * OH + ny / g->geo.s[1]) * OW;
+            for (int64_t kx = 0; kx < g->geo.k[2]; kx++) {
+                int64_t r = ch * g->taps + (kz * g->geo.k[1] + ky) * g->geo.k[2] + kx;
                 const float *src = col + (r * cs + s) * P + o;
-                int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
-                valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
-                if (g->s[2] == 1) {
+                int64_t lo, hi, off = kx * g->geo.d[2] - g->geo.p[2];  // ix = ox * stride + off
+                valid_range(W, OW, g->geo.s[2], g->geo.p[2], kx * g->geo.d[2], &lo, &hi);
+                if (g->geo.s[2] == 1) {
                     float *rw = row + off;
 #pragma omp simd
                     for (int64_t ox = lo; ox < hi; ox++) rw[ox] += src[ox];
                 } else {
-                    for (int64_t ox = lo; ox < hi; ox++) row[ox * g->s[2] + off] += src[ox];
+                    for (int64_t ox = lo; ox < hi; ox++) row[ox * g->geo.s[2] + off] += src[ox];
                 }
             }
         }
@@ -147,47 +146,48 @@ static inline void col2im_row(const cv_geom *g, int64_t cs, int64_t s, int64_t c
 
 // col is [C*KD*KH*KW, cs*OD*OH*OW] (as im2col), x is (cs,C,D,H,W): x += col folded back. One
 // input row per iteration, so no two threads touch the same element.
-static void col2im_add(const cv_geom *g, int64_t cs, const float *col, float *x) {
+static void col2im_add(const cv_plan *g, int64_t cs, const float *col, float *x) {
 #pragma omp parallel for collapse(4) schedule(static)
     for (int64_t s = 0; s < cs; s++)
-        for (int64_t ch = 0; ch < g->c; ch++)
-            for (int64_t iz = 0; iz < g->in[0]; iz++)
-                for (int64_t iy = 0; iy < g->in[1]; iy++) col2im_row(g, cs, s, ch, iz, iy, col, x);
+        for (int64_t ch = 0; ch < g->geo.c; ch++)
+            for (int64_t iz = 0; iz < g->geo.in[0]; iz++)
+                for (int64_t iy = 0; iy < g->geo.in[1]; iy++) col2im_row(g, cs, s, ch, iz, iy, col, x);
 }
 
 // One sample: col [C*KD*KH*KW, OD*OH*OW], x (C,D,H,W) += col folded back; serial.
-static void col2im_one(const cv_geom *g, const float *col, float *x) {
-    for (int64_t ch = 0; ch < g->c; ch++)
-        for (int64_t iz = 0; iz < g->in[0]; iz++)
-            for (int64_t iy = 0; iy < g->in[1]; iy++) col2im_row(g, 1, 0, ch, iz, iy, col, x);
+static void col2im_one(const cv_plan *g, const float *col, float *x) {
+    for (int64_t ch = 0; ch < g->geo.c; ch++)
+        for (int64_t iz = 0; iz < g->geo.in[0]; iz++)
+            for (int64_t iy = 0; iy < g->geo.in[1]; iy++) col2im_row(g, 1, 0, ch, iz, iy, col, x);
 }
 
 // One sample's columns, serially: x is (C,D,H,W), col [C*KD*KH*KW, OD*OH*OW] as im2col's.
-static void im2col_one(const cv_geom *g, const float *x, float *col) {
-    const int64_t OD = g->out[0], OH = g->out[1], OW = g->out[2], D = g->in[0], H = g->in[1], W = g->in[2];
+static void im2col_one(const cv_plan *g, const float *x, float *col) {
+    const int64_t OD = g->geo.out[0], OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1],
+                  W = g->geo.in[2];
     float *dst = col;
-    for (int64_t ch = 0; ch < g->c; ch++)
-        for (int64_t kz = 0; kz < g->k[0]; kz++)
-            for (int64_t ky = 0; ky < g->k[1]; ky++)
-                for (int64_t kx = 0; kx < g->k[2]; kx++, dst += g->out_pos) {
-                    int64_t lo, hi, off = kx * g->d[2] - g->p[2];  // ix = ox * stride + off
-                    valid_range(W, OW, g->s[2], g->p[2], kx * g->d[2], &lo, &hi);
+    for (int64_t ch = 0; ch < g->geo.c; ch++)
+        for (int64_t kz = 0; kz < g->geo.k[0]; kz++)
+            for (int64_t ky = 0; ky < g->geo.k[1]; ky++)
+                for (int64_t kx = 0; kx < g->geo.k[2]; kx++, dst += g->out_pos) {
+                    int64_t lo, hi, off = kx * g->geo.d[2] - g->geo.p[2];  // ix = ox * stride + off
+                    valid_range(W, OW, g->geo.s[2], g->geo.p[2], kx * g->geo.d[2], &lo, &hi);
                     for (int64_t oz = 0; oz < OD; oz++) {
-                        int64_t iz = oz * g->s[0] - g->p[0] + kz * g->d[0];
+                        int64_t iz = oz * g->geo.s[0] - g->geo.p[0] + kz * g->geo.d[0];
                         for (int64_t oy = 0; oy < OH; oy++) {
                             float *d = dst + (oz * OH + oy) * OW;
-                            int64_t iy = oy * g->s[1] - g->p[1] + ky * g->d[1];
+                            int64_t iy = oy * g->geo.s[1] - g->geo.p[1] + ky * g->geo.d[1];
                             if (iz < 0 || iz >= D || iy < 0 || iy >= H) {
                                 for (int64_t ox = 0; ox < OW; ox++) d[ox] = 0.0f;
                                 continue;
                             }
                             const float *src = x + ch * g->in_pos + (iz * H + iy) * W + off;
                             for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0.0f;
-                            if (g->s[2] == 1) {
+                            if (g->geo.s[2] == 1) {
 #pragma omp simd
                                 for (int64_t ox = lo; ox < hi; ox++) d[ox] = src[ox];
                             } else {
-                                for (int64_t ox = lo; ox < hi; ox++) d[ox] = src[ox * g->s[2]];
+                                for (int64_t ox = lo; ox < hi; ox++) d[ox] = src[ox * g->geo.s[2]];
                             }
                             for (int64_t ox = hi; ox < OW; ox++) d[ox] = 0.0f;
                         }
@@ -244,7 +244,7 @@ static void bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *
 }
 
 // The chunk's columns: x itself (direct) or im2col into col. Returns them; *ld is their stride.
-static const float *columns(const cv_geom *g, int64_t m, const float *x, float *col, int64_t *ld) {
+static const float *columns(const cv_plan *g, int64_t m, const float *x, float *col, int64_t *ld) {
     *ld = m * g->out_pos;
     if (g->direct) return x;  // m == 1: x[C, P] is the column matrix
     im2col(g, m, x, col);
@@ -252,30 +252,30 @@ static const float *columns(const cv_geom *g, int64_t m, const float *x, float *
 }
 
 // y[F, ld] (+)= W . cols, one GEMM per group; w is (F, C/G * taps), cols [C*taps, ld]
-static void gemm_wx(const cv_geom *g, int64_t ld, const float *w, const float *cols, float beta, float *y) {
-    for (int64_t gr = 0; gr < g->groups; gr++)
+static void gemm_wx(const cv_plan *g, int64_t ld, const float *w, const float *cols, float beta, float *y) {
+    for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(false, false, g->fg, ld, g->kg, w + gr * g->fg * g->kg, g->kg, cols + gr * g->kg * ld, ld, beta,
              y + gr * g->fg * ld, ld);
 }
 
 // cols[C*taps, ld] (+)= W^T . dy, one GEMM per group; dy is [F, ld]
-static void gemm_wtdy(const cv_geom *g, int64_t ld, const float *w, const float *dy, float beta, float *cols) {
-    for (int64_t gr = 0; gr < g->groups; gr++)
+static void gemm_wtdy(const cv_plan *g, int64_t ld, const float *w, const float *dy, float beta, float *cols) {
+    for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(true, false, g->kg, ld, g->fg, w + gr * g->fg * g->kg, g->kg, dy + gr * g->fg * ld, ld, beta,
              cols + gr * g->kg * ld, ld);
 }
 
 // dw[F, C/G * taps] += dy . cols^T, one GEMM per group; dy is [F, ld], cols [C*taps, ld]
-static void gemm_dw(const cv_geom *g, int64_t ld, const float *dy, const float *cols, float *dw) {
-    for (int64_t gr = 0; gr < g->groups; gr++)
+static void gemm_dw(const cv_plan *g, int64_t ld, const float *dy, const float *cols, float *dw) {
+    for (int64_t gr = 0; gr < g->geo.groups; gr++)
         gemm(false, true, g->fg, g->kg, ld, dy + gr * g->fg * ld, ld, cols + gr * g->kg * ld, ld, 1.0f,
              dw + gr * g->fg * g->kg, g->kg);
 }
 
 // Per-sample slots of one sample's columns [C*taps, P] in scratch (none needed when direct).
-static int64_t sample_slots(const cv_geom *g, int64_t n, int64_t scratch_floats) {
+static int64_t sample_slots(const cv_plan *g, int64_t n, int64_t scratch_floats) {
     if (g->direct) return n;
-    int64_t per = g->c * g->taps * g->out_pos;
+    int64_t per = g->geo.c * g->taps * g->out_pos;
     GL_CHECK(scratch_floats >= per, "conv scratch must hold one sample's columns (sized by the layer's infer)");
     int64_t slots = scratch_floats / per;
     if (chunk_cap > 0 && slots > chunk_cap) slots = chunk_cap;
@@ -294,7 +294,7 @@ static int loop_threads(int64_t items) {
 static bool per_sample_threads(int64_t items) { return items >= omp_get_max_threads(); }
 
 // One sample's columns: serially inside a per-sample loop, else with the threads.
-static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float *col) {
+static void im2col_sample(const cv_plan *g, bool in_loop, const float *x, float *col) {
     if (in_loop)
         im2col_one(g, x, col);
     else
@@ -302,11 +302,11 @@ static void im2col_sample(const cv_geom *g, bool in_loop, const float *x, float 
 }
 
 // Whether cpu_conv_fast.c may take the convolution: stride 1 everywhere, one group.
-static bool fast_applies(const cv_geom *g) {
-    return g->groups == 1 && g->s[0] == 1 && g->s[1] == 1 && g->s[2] == 1;
+static bool fast_applies(const cv_plan *g) {
+    return g->geo.groups == 1 && g->geo.s[0] == 1 && g->geo.s[1] == 1 && g->geo.s[2] == 1;
 }
 
-static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                           float *dx, float *scratch, int64_t scratch_floats);
 
 // Rows of dW one task computes in the backward pass: a fixed split (not one per thread), so the
@@ -318,27 +318,27 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 // GEMM writes straight into y; samples run in parallel, each GEMM single-threaded (OpenBLAS
 // runs serially inside an OpenMP region), so both cores work even on small maps. act (when on)
 // is applied to y as it is stored (the fast kernels) or to each sample's outputs after its bias.
-static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+static void conv_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
-    if (fast_applies(g) && cpu_conv_fast_forward(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, x, w, b, y,
-                                                 scratch, scratch_floats, act))
+    if (fast_applies(g) && cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                 g->geo.p, x, w, b, y, scratch, scratch_floats, act))
         return;
-    const int64_t P = g->out_pos, slot = g->c * g->taps * P;
+    const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
     const bool par = per_sample_threads(slots);
 #pragma omp parallel for schedule(static) num_threads(loop_threads(slots)) if (par)
     for (int64_t s = 0; s < n; s++) {
-        const float *xs = x + s * g->c * g->in_pos, *cols = xs;
+        const float *xs = x + s * g->geo.c * g->in_pos, *cols = xs;
         if (!g->direct) {
             float *col = scratch + omp_get_thread_num() * slot;
             im2col_sample(g, par, xs, col);
             cols = col;
         }
-        float *ys = y + s * g->f * P;
+        float *ys = y + s * g->geo.f * P;
         gemm_wx(g, P, w, cols, 0.0f, ys);
-        if (b) add_bias(1, g->f, P, b, ys);
-        if (act.on) cpu_act_forward(act.act, act.slope, g->f * P, ys, ys);  // in place, element-wise
+        if (b) add_bias(1, g->geo.f, P, b, ys);
+        if (act.on) cpu_act_forward(act.act, act.slope, g->geo.f * P, ys, ys);  // in place, element-wise
     }
 }
 
@@ -346,33 +346,33 @@ static void conv_fwd(const cv_geom *g, int64_t n, const float *x, const float *w
 // db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped). Per chunk of
 // samples: their columns (in parallel), dW += dy . cols^T in fixed blocks of rows, each summing
 // the samples in order, then each sample's dx (in parallel).
-static void conv_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                      float *db, float *dx, float *scratch, int64_t scratch_floats) {
-    memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
-    if (db) bias_grad(n, g->f, g->out_pos, dy, db);
+    memset(dw, 0, sizeof(float) * (size_t)(g->geo.f * g->kg));
+    if (db) bias_grad(n, g->geo.f, g->out_pos, dy, db);
     if (n <= 0) return;
     // The fast kernels where they apply; dx last, as it reuses the scratch of dW's columns.
     bool fast = fast_applies(g);
-    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, x, dy, dw,
-                                                     scratch, scratch_floats);
+    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                     g->geo.p, x, dy, dw, scratch, scratch_floats);
     float *dx_fast = NULL;
     if (dx && fast &&
-        cpu_conv_fast_input_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, w, NULL, NULL, scratch,
-                                 scratch_floats))
+        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
+                                 NULL, scratch, scratch_floats))
         dx_fast = dx, dx = NULL;
     if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
     if (dx_fast)
-        cpu_conv_fast_input_grad(n, g->c, g->f, g->in, g->out, g->k, g->d, g->p, w, dy, dx_fast, scratch,
-                                 scratch_floats);
+        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy,
+                                 dx_fast, scratch, scratch_floats);
 }
 
 // conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=
 // the input gradient.
-static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                           float *dx, float *scratch, int64_t scratch_floats) {
-    const int64_t P = g->out_pos, slot = g->c * g->taps * P, in_size = g->c * g->in_pos;
+    const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P, in_size = g->geo.c * g->in_pos;
     const int64_t cs = sample_slots(g, n, scratch_floats);
-    const int64_t fblocks = (g->fg + DW_ROW_BLOCK - 1) / DW_ROW_BLOCK, tasks = g->groups * fblocks;
+    const int64_t fblocks = (g->fg + DW_ROW_BLOCK - 1) / DW_ROW_BLOCK, tasks = g->geo.groups * fblocks;
     for (int64_t s0 = 0; s0 < n; s0 += cs) {
         const int64_t m = n - s0 < cs ? n - s0 : cs;
         // cols(i): sample s0 + i's columns
@@ -387,14 +387,14 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
             int64_t gr = t / fblocks, f0 = t % fblocks * DW_ROW_BLOCK;
             int64_t rows = g->fg - f0 < DW_ROW_BLOCK ? g->fg - f0 : DW_ROW_BLOCK;
             for (int64_t i = 0; i < m; i++)
-                gemm(false, true, rows, g->kg, P, dy + ((s0 + i) * g->f + gr * g->fg + f0) * P, P,
+                gemm(false, true, rows, g->kg, P, dy + ((s0 + i) * g->geo.f + gr * g->fg + f0) * P, P,
                      COLS(i) + gr * g->kg * P, P, 1.0f, dw + (gr * g->fg + f0) * g->kg, g->kg);
         }
         if (!dx) continue;
         const bool par = per_sample_threads(m);
 #pragma omp parallel for schedule(static) num_threads(loop_threads(m)) if (par)
         for (int64_t i = 0; i < m; i++) {
-            const float *dys = dy + (s0 + i) * g->f * P;
+            const float *dys = dy + (s0 + i) * g->geo.f * P;
             float *dxs = dx + (s0 + i) * in_size;
             if (g->direct) {
                 gemm_wtdy(g, P, w, dys, 1.0f, dxs);  // the columns are dx itself
@@ -414,111 +414,103 @@ static void conv_bwd_gemm(const cv_geom *g, int64_t n, const float *x, const flo
 // The transposed convolution's forward, i.e. the input gradient of convolution g: x is
 // (N,F,OD,OH,OW), w is (F,C/G,KD,KH,KW), b is (C) or NULL, y is (N,C,D,H,W) (overwritten); act
 // (when on) is applied to each chunk's outputs after their bias, while they are in cache.
-static void convt_fwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *b, float *y,
+static void convt_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                       float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
     int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
-    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->geo.c * g->taps * cs * P;
     for (int64_t s0 = 0; s0 < n; s0 += cs) {
         int64_t m = n - s0 < cs ? n - s0 : cs, ld = m * P;
-        const float *xs = x + s0 * g->f * P;
-        float *ys = y + s0 * g->c * g->in_pos;
+        const float *xs = x + s0 * g->geo.f * P;
+        float *ys = y + s0 * g->geo.c * g->in_pos;
         if (m > 1) {
-            to_gemm_order(m, g->f, P, xs, tmp);
+            to_gemm_order(m, g->geo.f, P, xs, tmp);
             xs = tmp;
         }
         if (g->direct) {
             gemm_wtdy(g, ld, w, xs, 0.0f, ys);
         } else {
             gemm_wtdy(g, ld, w, xs, 0.0f, col);
-            memset(ys, 0, sizeof(float) * (size_t)(m * g->c * g->in_pos));
+            memset(ys, 0, sizeof(float) * (size_t)(m * g->geo.c * g->in_pos));
             col2im_add(g, m, col, ys);
         }
-        if (b) add_bias(m, g->c, g->in_pos, b, ys);
-        if (act.on) cpu_act_forward(act.act, act.slope, m * g->c * g->in_pos, ys, ys);  // in place, element-wise
+        if (b) add_bias(m, g->geo.c, g->in_pos, b, ys);
+        if (act.on) cpu_act_forward(act.act, act.slope, m * g->geo.c * g->in_pos, ys, ys);  // in place, element-wise
     }
 }
 
 // The transposed convolution's gradients, i.e. convolution g run forward on dy: x is
 // (N,F,OD,OH,OW), dy is (N,C,D,H,W); dw (F,C/G,KD,KH,KW) and db (C) (NULL: none) overwritten,
 // dx (N,F,OD,OH,OW) accumulated (NULL: skipped)
-static void convt_bwd(const cv_geom *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
+static void convt_bwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
                       float *db, float *dx, float *scratch, int64_t scratch_floats) {
-    memset(dw, 0, sizeof(float) * (size_t)(g->f * g->kg));
-    if (db) bias_grad(n, g->c, g->in_pos, dy, db);
+    memset(dw, 0, sizeof(float) * (size_t)(g->geo.f * g->kg));
+    if (db) bias_grad(n, g->geo.c, g->in_pos, dy, db);
     if (n <= 0) return;
     int64_t cs = chunk_samples(g, n, scratch_floats), P = g->out_pos;
-    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->c * g->taps * cs * P;
+    float *col = scratch, *tmp = g->direct ? NULL : scratch + g->geo.c * g->taps * cs * P;
     for (int64_t s0 = 0; s0 < n; s0 += cs) {
         int64_t m = n - s0 < cs ? n - s0 : cs, ld;
-        const float *cols = columns(g, m, dy + s0 * g->c * g->in_pos, col, &ld);
-        const float *xs = x + s0 * g->f * P;
+        const float *cols = columns(g, m, dy + s0 * g->geo.c * g->in_pos, col, &ld);
+        const float *xs = x + s0 * g->geo.f * P;
         if (m > 1) {
-            to_gemm_order(m, g->f, P, xs, tmp);
+            to_gemm_order(m, g->geo.f, P, xs, tmp);
             xs = tmp;
         }
         gemm_dw(g, ld, xs, cols, dw);
         if (!dx) continue;
-        float *dxs = dx + s0 * g->f * P;
+        float *dxs = dx + s0 * g->geo.f * P;
         if (m == 1) {
             gemm_wx(g, ld, w, cols, 1.0f, dxs);
         } else {
             gemm_wx(g, ld, w, cols, 0.0f, tmp);  // x in GEMM order is no longer needed
-            from_gemm_order(m, g->f, P, tmp, NULL, true, dxs);
+            from_gemm_order(m, g->geo.f, P, tmp, NULL, true, dxs);
         }
     }
 }
 
 // ---- the backend's entry points (shapes in backend.h) ------------------------------------------
 
-void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                      const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                      const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
-    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
-    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
+void cpu_conv_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y, float *scratch,
+                      int64_t scratch_floats) {
+    cv_plan g = plan_make(geo);
+    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
 }
 
-void cpu_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                          const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                          const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                           float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
-    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
-    conv_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
+    cv_plan g = plan_make(geo);
+    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
-void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                       const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
-                       int64_t scratch_floats) {
-    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
-    conv_bwd(&g, n, x, w, dy, dw, db, dx, scratch, scratch_floats);
+void cpu_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, float *scratch, int64_t scratch_floats) {
+    cv_plan g = plan_make(geo);
+    conv_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats);
 }
 
 // A transposed convolution C -> F from in to out is convolution F -> C from out to in.
-void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_transpose_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats) {
-    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
-    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
+    const gl_conv_geom fl = gl_conv_geom_flipped(geo);
+    cv_plan g = plan_make(&fl);
+    convt_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
 }
 
-void cpu_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                    const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_transpose_forward_act(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                                     float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     GL_CHECK(gl_act_storable(act, slope),
              "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
-    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
-    convt_fwd(&g, n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
+    const gl_conv_geom fl = gl_conv_geom_flipped(geo);
+    cv_plan g = plan_make(&fl);
+    convt_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
 }
 
-void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                 const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+void cpu_conv_transpose_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw,
                                  float *db, float *dx, float *scratch, int64_t scratch_floats) {
-    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
-    convt_bwd(&g, n, x, w, dy, dw, db, dx, scratch, scratch_floats);
+    const gl_conv_geom fl = gl_conv_geom_flipped(geo);
+    cv_plan g = plan_make(&fl);
+    convt_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats);
 }

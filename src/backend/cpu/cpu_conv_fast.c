@@ -43,15 +43,16 @@
 #define KMAX 16  // the widest kernel (along W) taken
 #define DW_J 256  // positions one dW register tile sums before its sums go back to memory
 
-// One stride-1 convolution as this file sees it: x (cin, in) -> y (cout, out).
+// One stride-1 convolution as this file sees it: x (geo.c, in) -> y (geo.f, out), one group
+// (geo's s, groups and n unused), and the sizes derived from it.
 typedef struct {
-    int64_t cin, cout, in[3], out[3], k[3], d[3], p[3];
-    int64_t in_pos, out_pos, taps, kk;  // kk = cin * taps: the reduction length
-} ig_geom;
+    gl_conv_geom geo;                   // backend_types.h
+    int64_t in_pos, out_pos, taps, kk;  // kk = geo.c * taps: the reduction length
+} ig_plan;
 
 // The inner kernels of one instruction set (each documented at its AVX-512 version below).
 typedef struct {
-    void (*panel)(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo, int64_t c_hi,
+    void (*panel)(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo, int64_t c_hi,
                   float *panel, int64_t ldp, int64_t jb);
     void (*tile)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
                  const float *bias, bool acc, cpu_store_act act);
@@ -66,11 +67,12 @@ static const ig_kernels *ig_kernels_get(void);
 
 bool cpu_conv_fast_ok(void) { return ig_kernels_get() != NULL; }
 
-static ig_geom ig_make(int64_t cin, int64_t cout, const int64_t in[3], const int64_t out[3], const int64_t k[3],
+static ig_plan ig_make(int64_t cin, int64_t cout, const int64_t in[3], const int64_t out[3], const int64_t k[3],
                        const int64_t d[3], const int64_t p[3]) {
-    ig_geom g = {.cin = cin, .cout = cout, .in_pos = 1, .out_pos = 1, .taps = 1};
+    ig_plan g = {.geo = {.c = cin, .f = cout, .groups = 1}, .in_pos = 1, .out_pos = 1, .taps = 1};
     for (int i = 0; i < 3; i++) {
-        g.in[i] = in[i], g.out[i] = out[i], g.k[i] = k[i], g.d[i] = d[i], g.p[i] = p[i];
+        g.geo.in[i] = in[i], g.geo.out[i] = out[i], g.geo.k[i] = k[i], g.geo.s[i] = 1, g.geo.d[i] = d[i];
+        g.geo.p[i] = p[i];
         g.in_pos *= in[i], g.out_pos *= out[i], g.taps *= k[i];
     }
     g.kk = cin * g.taps;
@@ -85,9 +87,9 @@ static int64_t ig_rows_padded(int64_t n) {
 }
 
 // Floats of scratch for the packed weights and `threads` panels.
-static int64_t ig_pack_floats(const ig_geom *g) { return ig_rows_padded(g->cout) * g->kk; }
+static int64_t ig_pack_floats(const ig_plan *g) { return ig_rows_padded(g->geo.f) * g->kk; }
 // Per thread: a panel [kk][NR] and the outputs [cout][NR] of a tile that holds several samples.
-static int64_t ig_panel_floats(const ig_geom *g) { return (g->kk + ig_rows_padded(g->cout)) * NR; }
+static int64_t ig_panel_floats(const ig_plan *g) { return (g->kk + ig_rows_padded(g->geo.f)) * NR; }
 
 // Samples per tile: 1 where a sample's map fills at least half a tile, else as many whole maps as
 // a tile holds. A 2x2x2 map (CosmoFlow's last convolution at 32^3) would fill a quarter of a tile
@@ -101,7 +103,7 @@ static int64_t ig_tiles(int64_t n, int64_t P) {
 }
 
 // Panels that fit in scratch after the packed weights (0: not even one).
-static int64_t ig_panels_fit(const ig_geom *g, int64_t scratch_floats) {
+static int64_t ig_panels_fit(const ig_plan *g, int64_t scratch_floats) {
     int64_t left = scratch_floats - ig_pack_floats(g);
     return left > 0 ? left / ig_panel_floats(g) : 0;
 }
@@ -137,10 +139,10 @@ FAST_TARGET static inline __m512 store_act512(cpu_store_act act, __m512 x) {
 // Columns jb .. jb+cnt-1 (jb + cnt <= ldp) of panel[kk][ldp] = those of output positions p0 ..
 // p0+cnt-1 of one sample's x (cin, in): row (c, kz, ky, kx) holds the input element each
 // position's tap reads, 0 in the padding. (jb > 0: a tile that holds several samples' small maps.)
-FAST_TARGET static void ig_panel(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
+FAST_TARGET static void ig_panel(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
                                   int64_t c_hi, float *panel, int64_t ldp, int64_t jb) {
-    const int64_t OH = g->out[1], OW = g->out[2], D = g->in[0], H = g->in[1], W = g->in[2];
-    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2];
+    const int64_t OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2];
+    const int64_t KD = g->geo.k[0], KH = g->geo.k[1], KW = g->geo.k[2];
     for (int64_t j0 = 0; j0 < cnt;) {  // runs of positions along one output row
         int64_t p = p0 + j0, oz = p / (OH * OW), oy = p / OW % OH, ox0 = p % OW;
         int64_t len = OW - ox0 < cnt - j0 ? OW - ox0 : cnt - j0;  // <= NR
@@ -148,15 +150,15 @@ FAST_TARGET static void ig_panel(const ig_geom *g, const float *x, int64_t p0, i
         __mmask16 st[2] = {lane_mask(0, len), lane_mask(0, len - 16)}, ld[KMAX][2];
         int64_t off[KMAX];
         for (int64_t kx = 0; kx < KW; kx++) {
-            off[kx] = kx * g->d[2] - g->p[2];  // ix = ox + off
+            off[kx] = kx * g->geo.d[2] - g->geo.p[2];  // ix = ox + off
             int64_t lo = -off[kx] - ox0, hi = W - off[kx] - ox0;  // lanes l (ox = ox0 + l) with 0 <= ix < W
             ld[kx][0] = lane_mask(lo, hi) & st[0], ld[kx][1] = lane_mask(lo - 16, hi - 16) & st[1];
         }
         for (int64_t c = c_lo; c < c_hi; c++)
             for (int64_t kz = 0; kz < KD; kz++) {
-                int64_t iz = oz - g->p[0] + kz * g->d[0];
+                int64_t iz = oz - g->geo.p[0] + kz * g->geo.d[0];
                 for (int64_t ky = 0; ky < KH; ky++) {
-                    int64_t iy = oy - g->p[1] + ky * g->d[1];
+                    int64_t iy = oy - g->geo.p[1] + ky * g->geo.d[1];
                     float *dst = panel + ((c * KD + kz) * KH + ky) * KW * ldp + jb + j0;
                     if (iz < 0 || iz >= D || iy < 0 || iy >= H) {
                         for (int64_t kx = 0; kx < KW; kx++, dst += ldp) {
@@ -321,10 +323,10 @@ FAST_TARGET_AVX2 static inline __m256i lane_mask8(int64_t lo, int64_t hi) {
 // belong to later runs or samples, rewritten after, or lie past cnt); else (the first and last
 // rows of x, a run crossing the row's end) lane by lane. Channels run innermost: the same masks
 // and offsets serve cin rows in a row.
-FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
+FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_plan *g, const float *x, int64_t p0, int64_t cnt, int64_t c_lo,
                                            int64_t c_hi, float *panel, int64_t ldp, int64_t jb) {
-    const int64_t OH = g->out[1], OW = g->out[2], D = g->in[0], H = g->in[1], W = g->in[2];
-    const int64_t KD = g->k[0], KH = g->k[1], KW = g->k[2], xsize = g->cin * g->in_pos;
+    const int64_t OH = g->geo.out[1], OW = g->geo.out[2], D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2];
+    const int64_t KD = g->geo.k[0], KH = g->geo.k[1], KW = g->geo.k[2], xsize = g->geo.c * g->in_pos;
     const int64_t cstep = g->taps * ldp;  // panel floats from one channel's rows to the next's
     for (int64_t j0 = 0; j0 < cnt;) {  // runs of positions along one output row
         int64_t p = p0 + j0, oz = p / (OH * OW), oy = p / OW % OH, ox0 = p % OW;
@@ -335,7 +337,7 @@ FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int
         __m256 mk[KMAX][4];
         int8_t lo[KMAX][4], hi[KMAX][4];
         for (int64_t kx = 0; kx < KW; kx++) {
-            const int64_t off = kx * g->d[2] - g->p[2];
+            const int64_t off = kx * g->geo.d[2] - g->geo.p[2];
             for (int q = 0; q < 4; q++) {
                 int64_t a = -off - ox0 - 8 * q, b = W - off - ox0 - 8 * q, e = len - 8 * q;
                 a = a < 0 ? 0 : a > 8 ? 8 : a;
@@ -345,13 +347,13 @@ FAST_TARGET_AVX2 static void ig_panel_avx2(const ig_geom *g, const float *x, int
             }
         }
         for (int64_t kz = 0; kz < KD; kz++) {
-            int64_t iz = oz - g->p[0] + kz * g->d[0];
+            int64_t iz = oz - g->geo.p[0] + kz * g->geo.d[0];
             for (int64_t ky = 0; ky < KH; ky++) {
-                int64_t iy = oy - g->p[1] + ky * g->d[1];
+                int64_t iy = oy - g->geo.p[1] + ky * g->geo.d[1];
                 const bool pad = iz < 0 || iz >= D || iy < 0 || iy >= H;
                 for (int64_t kx = 0; kx < KW; kx++) {
                     float *dst = panel + c_lo * cstep + ((kz * KH + ky) * KW + kx) * ldp + jb + j0;
-                    const int64_t off = kx * g->d[2] - g->p[2];
+                    const int64_t off = kx * g->geo.d[2] - g->geo.p[2];
                     const __m256 *m = mk[kx];
                     int64_t o = c_lo * g->in_pos + (iz * H + iy) * W + ox0 + off;  // x offset of lane 0
                     if (whole && pad) {
@@ -664,9 +666,9 @@ static const ig_kernels *ig_kernels_get(void) {
 // weights in mr-row panels [kk][mr] (ig_pack_*, mr = kr->mr); panels has room for `threads` of
 // ig_panel_floats. A task is one tile: NR positions of one sample, or the whole small maps of
 // ig_samples_per_tile samples side by side, whose outputs go through a copy [cout][NR].
-static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *apack,
+static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
                    const float *bias, bool acc, float *y, float *panels, int threads, cpu_store_act act) {
-    const int64_t mr = kr->mr, mp = (g->cout + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
+    const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
     const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = ig_tiles(n, P);
     if (tasks < threads) threads = (int)tasks;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
@@ -679,18 +681,18 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
             if (cnt < NR)
                 for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
             for (int64_t i = 0; i < ns; i++)
-                kr->panel(g, x + (s0 + i) * g->cin * g->in_pos, p0, spt > 1 ? P : cnt, 0, g->cin, panel, NR, i * P);
+                kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, spt > 1 ? P : cnt, 0, g->geo.c, panel, NR, i * P);
             // outputs: y itself (row stride P), or yb [cout][NR] holding the ns samples' maps
-            float *yt = spt > 1 ? yb : y + s0 * g->cout * P + p0;
+            float *yt = spt > 1 ? yb : y + s0 * g->geo.f * P + p0;
             const int64_t ldy = spt > 1 ? NR : P;
             if (spt > 1 && acc)
                 for (int64_t i = 0; i < ns; i++)
-                    for (int64_t c = 0; c < g->cout; c++)
-                        memcpy(yb + c * NR + i * P, y + ((s0 + i) * g->cout + c) * P, sizeof(float) * (size_t)P);
+                    for (int64_t c = 0; c < g->geo.f; c++)
+                        memcpy(yb + c * NR + i * P, y + ((s0 + i) * g->geo.f + c) * P, sizeof(float) * (size_t)P);
             for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
                 const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
                 for (int64_t m = 0; m < mp; m++) {
-                    int64_t rows = g->cout - m * mr < mr ? g->cout - m * mr : mr;
+                    int64_t rows = g->geo.f - m * mr < mr ? g->geo.f - m * mr : mr;
                     kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yt + m * mr * ldy, ldy, (int)rows,
                              (int)cnt, bias && !k0 ? bias + m * mr : NULL, acc || k0,
                              k0 + kc == g->kk ? act : (cpu_store_act){0});
@@ -698,15 +700,15 @@ static void ig_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
             }
             if (spt > 1)
                 for (int64_t i = 0; i < ns; i++)
-                    for (int64_t c = 0; c < g->cout; c++)
-                        memcpy(y + ((s0 + i) * g->cout + c) * P, yb + c * NR + i * P, sizeof(float) * (size_t)P);
+                    for (int64_t c = 0; c < g->geo.f; c++)
+                        memcpy(y + ((s0 + i) * g->geo.f + c) * P, yb + c * NR + i * P, sizeof(float) * (size_t)P);
         }
     }
 }
 
 // Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
 // transposed dy [NR][F], kkp the reduction length padded for either instruction set.
-static int64_t dw_per_tile(const ig_geom *g) { return ig_rows_padded(g->kk) * NR + NR * g->cout; }
+static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
 
 // dwt [kkp][F] = the weight gradient of g over n >= 1 samples (x (n, cin, in), dy (n, cout, out)),
 // transposed. Threads own fixed blocks of dwt and run every sample and position in order, so
@@ -720,9 +722,9 @@ static int64_t dw_per_tile(const ig_geom *g) { return ig_rows_padded(g->kk) * NR
 // the group's positions (at most DW_J) before going back to memory, rather than one tile's 32: a
 // 512 x 6912 dW (14 MB) otherwise went through memory once per tile. The order of every sum is
 // still sample by sample and position by position. buf holds `threads` of tg * dw_per_tile.
-static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const float *x, const float *dy, float *dwt,
+static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, float *dwt,
                    float *buf, int threads, int64_t tg) {
-    const int64_t mr = kr->mr, P = g->out_pos, F = g->cout, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
+    const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
     const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
     const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = ig_tiles(n, P);  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
@@ -739,7 +741,7 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
             b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
         }
         const int64_t c_lo = b0 * mr / g->taps, c_hi0 = (b1 * mr + g->taps - 1) / g->taps;
-        const int64_t c_hi = c_hi0 < g->cin ? c_hi0 : g->cin, fw = fb - fa;
+        const int64_t c_hi = c_hi0 < g->geo.c ? c_hi0 : g->geo.c, fw = fb - fa;
         float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
         memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
         for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg) {
@@ -748,7 +750,7 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
                 const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
                 const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;  // positions per sample
                 for (int64_t i = 0; i < ns; i++, J += len) {
-                    kr->panel(g, x + (s0 + i) * g->cin * g->in_pos, p0, len, c_lo, c_hi, panel, ldp, J);
+                    kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, c_lo, c_hi, panel, ldp, J);
                     kr->dy_transpose(dy + ((s0 + i) * F + fa) * P + p0, P, fw, len, dyt + J * fw);  // [len][fw]
                 }
             }
@@ -765,14 +767,14 @@ static void dw_run(const ig_kernels *kr, const ig_geom *g, int64_t n, const floa
 }
 
 // apack[m][k][i] = w[(m*mr + i) * kk + k], zero past cout: w is (cout, kk).
-static void ig_pack_forward(const ig_geom *g, int64_t mr, const float *w, float *apack) {
-    const int64_t mp = (g->cout + mr - 1) / mr;
+static void ig_pack_forward(const ig_plan *g, int64_t mr, const float *w, float *apack) {
+    const int64_t mp = (g->geo.f + mr - 1) / mr;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t m = 0; m < mp; m++)
         for (int64_t i = 0; i < mr; i++) {  // row by row: w read in order (a 512 x 6912 w is 14 MB)
             const int64_t o = m * mr + i;
             float *dst = apack + m * g->kk * mr + i;
-            if (o < g->cout)
+            if (o < g->geo.f)
                 for (int64_t k = 0; k < g->kk; k++) dst[k * mr] = w[o * g->kk + k];
             else
                 for (int64_t k = 0; k < g->kk; k++) dst[k * mr] = 0.0f;
@@ -781,16 +783,16 @@ static void ig_pack_forward(const ig_geom *g, int64_t mr, const float *w, float 
 
 // The flipped kernel of the input gradient: g maps dy (cin = F) to dx (cout = C); w is the
 // forward weight (F, C, taps). apack[m][(f, t)][i] = w[f][m*mr + i][taps - 1 - t].
-static void ig_pack_flipped(const ig_geom *g, int64_t mr, const float *w, float *apack) {
-    const int64_t mp = (g->cout + mr - 1) / mr, taps = g->taps, C = g->cout;
+static void ig_pack_flipped(const ig_plan *g, int64_t mr, const float *w, float *apack) {
+    const int64_t mp = (g->geo.f + mr - 1) / mr, taps = g->taps, C = g->geo.f;
     // Blocks of 8 filters (their w, 8 * C * taps floats, read in order as m goes up) in parallel,
     // each writing its rows of every m block: m outermost read all of w's filters' rows at once, a
     // cache miss per line, and took longer than the convolution for a 512 -> 256 3x3x3 one.
-    const int64_t fb = (g->cin + 7) / 8;
+    const int64_t fb = (g->geo.c + 7) / 8;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t b = 0; b < fb; b++)
         for (int64_t m = 0; m < mp; m++)
-        for (int64_t f = b * 8; f < (b * 8 + 8 < g->cin ? b * 8 + 8 : g->cin); f++)
+        for (int64_t f = b * 8; f < (b * 8 + 8 < g->geo.c ? b * 8 + 8 : g->geo.c); f++)
             for (int64_t i = 0; i < mr; i++) {  // the inner loop a plain strided copy
                 const int64_t c = m * mr + i;
                 float *dst = apack + (m * g->kk + f * taps) * mr + i;
@@ -806,11 +808,11 @@ static void ig_pack_flipped(const ig_geom *g, int64_t mr, const float *w, float 
 // Whether the fast kernels take this geometry: stride 1, one group (the caller checks those),
 // a kernel at most KMAX wide, and room in scratch for the packed weights and one thread's panel
 // and outputs. The same on both instruction sets, so that both machines take the same path.
-static bool ig_fits(const ig_geom *g, int64_t scratch_floats) {
-    return cpu_conv_fast_ok() && g->k[2] <= KMAX && ig_panels_fit(g, scratch_floats) >= 1;
+static bool ig_fits(const ig_plan *g, int64_t scratch_floats) {
+    return cpu_conv_fast_ok() && g->geo.k[2] <= KMAX && ig_panels_fit(g, scratch_floats) >= 1;
 }
 
-static int ig_threads(const ig_geom *g, int64_t scratch_floats) {
+static int ig_threads(const ig_plan *g, int64_t scratch_floats) {
     int64_t t = omp_get_max_threads(), fit = ig_panels_fit(g, scratch_floats);
     return (int)(t < fit ? t : fit);
 }
@@ -819,7 +821,7 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
                            cpu_store_act act) {
-    ig_geom g = ig_make(c, f, in, out, k, d, p);
+    ig_plan g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
     ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
     ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
@@ -830,11 +832,11 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
 bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
-    ig_geom g = ig_make(c, f, in, out, k, d, p);
+    ig_plan g = ig_make(c, f, in, out, k, d, p);
     const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_tile(&g);
     const int64_t fit = (scratch_floats - kkp * f) / per;  // tiles' buffers that fit
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
-    if (!cpu_conv_fast_ok() || g.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
+    if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
         return false;
     float *dwt = scratch;  // written whole by the first group of tiles (rows past kk: never read)
     if (n <= 0) {
@@ -879,7 +881,7 @@ bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
     int64_t pf[3];
     for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
-    ig_geom g = ig_make(f, c, out, in, k, d, pf);
+    ig_plan g = ig_make(f, c, out, in, k, d, pf);
     if (!ig_fits(&g, scratch_floats)) return false;
     if (!dy) return true;
     ig_pack_flipped(&g, ig_kernels_get()->mr, w, scratch);

@@ -22,28 +22,17 @@ double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, co
 double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
 
 // (begin conv region)
-void cpu_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                      const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                      const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
-void cpu_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                          const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                          const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y, float *scratch,
+                      int64_t scratch_floats);
+void cpu_conv_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                           float *scratch, int64_t scratch_floats, gl_act act, float slope);
-void cpu_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                       const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
-                       int64_t scratch_floats);
-void cpu_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw, float *db,
+                       float *dx, float *scratch, int64_t scratch_floats);
+void cpu_conv_transpose_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats);
-void cpu_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                    const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                    const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cpu_conv_transpose_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                                     float *scratch, int64_t scratch_floats, gl_act act, float slope);
-void cpu_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                 const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
+void cpu_conv_transpose_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
                                  float *db, float *dx, float *scratch, int64_t scratch_floats);
 // Test hook: at most `samples` samples per im2col chunk (0, the default: as many as scratch holds).
 void cpu_conv_set_chunk_cap(int64_t samples);

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "galley/recipe.h"
+#include "galley/backend_types.h"  // LOSS_MSE
 
 // logits is (N,C,S), labels is (N,S) in [0,C), weights is (C) or NULL, dlogits is (N,C,S) or NULL.
 // Each (sample, position) pair is independent, so the loop parallelises; the sums are reduced

@@ -79,12 +79,6 @@
 enum { PASS_FWD, PASS_DATA, PASS_FILTER, PASS_COUNT };
 static const char *const pass_names[PASS_COUNT] = {"forward", "backward-data", "backward-filter"};
 
-// A convolution x[., C, in] -> y[., F, out] (backend.h's geometry, transposed ones reframed).
-// Only int64_t members: compared with memcmp as the cache key.
-typedef struct {
-    int64_t c, f, groups;
-    int64_t in[3], out[3], k[3], s[3], d[3], p[3];
-} cv_geom;
 
 // How cuDNN sees the convolution (see the header comment).
 typedef struct {
@@ -99,7 +93,7 @@ typedef struct {
     int64_t n;     // samples per call (a chunk)
     int64_t prec;  // PRECISION_* in effect when the entry was made
     int64_t cl;    // 16-bit copies channels-last (GALLEY_CUDNN_CHANNELS_LAST, for bf16/fp16 only)
-    cv_geom g;
+    gl_conv_geom g;  // a convolution x[., C, in] -> y[., F, out] (transposed ones flipped), nd and n 0
 } cv_key;
 
 typedef struct {
@@ -162,18 +156,17 @@ static int to_int(int64_t v) {
     return (int)v;
 }
 
-static cv_geom geom_make(int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                         const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3]) {
-    cv_geom g;
-    memset(&g, 0, sizeof g);
-    g.c = c, g.f = f, g.groups = groups;
-    for (int j = 0; j < 3; j++)
-        g.in[j] = in[j], g.out[j] = out[j], g.k[j] = k[j], g.s[j] = s[j], g.d[j] = d[j], g.p[j] = p[j];
-    GL_CHECK(groups >= 1 && c % groups == 0 && f % groups == 0, "conv groups must divide both channel counts");
+// The cache's copy of geometry g (backend_types.h; a transposed convolution's flipped): nd and
+// n cleared, as they do not change the descriptors (the chunk size is the key's own n).
+static gl_conv_geom geom_make(const gl_conv_geom *geo) {
+    gl_conv_geom g = *geo;
+    g.nd = 0, g.n = 0;
+    GL_CHECK(g.groups >= 1 && g.c % g.groups == 0 && g.f % g.groups == 0,
+             "conv groups must divide both channel counts");
     return g;
 }
 
-static cv_layout layout_of(const cv_geom *g) {
+static cv_layout layout_of(const gl_conv_geom *g) {
     cv_layout L;
     memset(&L, 0, sizeof L);
     int64_t in_pos = 1, xc_pos = 1, out_pos = 1, taps = 1;
@@ -227,7 +220,7 @@ static int64_t chunk_samples(const cv_layout *L, int64_t n, bool half) {
 
 // Sets e's descriptors for its key and checks that cuDNN's output size is the caller's.
 static void entry_describe(cv_entry *e) {
-    const cv_geom *g = &e->key.g;
+    const gl_conv_geom *g = &e->key.g;
     const cv_layout *L = &e->L;
     // A 2D map (unit depth, depth-1 kernel, nothing padded in depth) goes as 4-d NCHW.
     int first = L->xc[0] == 1 && g->out[0] == 1 && g->k[0] == 1 && L->pad[0] == 0 ? 1 : 0;
@@ -275,7 +268,7 @@ static void entry_describe(cv_entry *e) {
 
 // The cache entry of geometry g for chunks of n samples in the precision in effect (descriptors
 // set, algorithms chosen lazily by entry_choose).
-static cv_entry *entry_get(const cv_geom *g, const cv_layout *L, int64_t n) {
+static cv_entry *entry_get(const gl_conv_geom *g, const cv_layout *L, int64_t n) {
     cv_key key;
     memset(&key, 0, sizeof key);
     key.n = n, key.prec = cuda_ctx_get()->precision, key.g = *g;
@@ -315,7 +308,7 @@ static void entry_fall_back(cv_entry *e, int pass) {
         if (o->said && o->key.prec == e->key.prec && memcmp(&o->key.g, &e->key.g, sizeof o->key.g) == 0) said = true;
     }
     if (!said) {
-        const cv_geom *g = &e->key.g;
+        const gl_conv_geom *g = &e->key.g;
         fprintf(stderr, "galley: cuDNN has no %s %s algorithm for the convolution %lld -> %lld channels (groups %lld), "
                         "input %lldx%lldx%lld, output %lldx%lldx%lld, kernel %lldx%lldx%lld: it runs in fp32\n",
                 prec_name(e->key.prec), pass_names[pass], (long long)g->c, (long long)g->f, (long long)g->groups,
@@ -528,7 +521,7 @@ static void entry_choose(cv_entry *e, int pass, const cv_data *t) {
         ok = entry_rechoose(e, pass, t);
     }
     if (!ok && !choose_fallback(e, pass)) {
-        const cv_geom *g = &e->key.g;
+        const gl_conv_geom *g = &e->key.g;
         gl_die(GL_EXIT_RUNTIME, "set train.device: cpu for this model, and please report the recipe",
                "cuDNN has no %s algorithm for the convolution %lld -> %lld channels (groups %lld), input "
                "%lldx%lldx%lld, output %lldx%lldx%lld, kernel %lldx%lldx%lld",
@@ -1009,14 +1002,13 @@ static bool run_data(const cv_entry *e, const cv_work *wk, const float *w, const
 // ---- the backend's entry points (shapes in backend.h; scratch is the CPU's im2col space) -------
 
 // x[N, C, in] -> y[N, F, out] = act(conv + b[F]) (overwritten); act < 0: none
-static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                              const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                              const int64_t p[3], const float *x, const float *w, const float *b, float *y, int act,
-                              float slope) {
+static void conv_forward_then(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
+                              int act, float slope) {
+    const int64_t n = geo->n, f = geo->f;
     if (n <= 0) return;
-    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
+    gl_conv_geom g = geom_make(geo);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(out);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(geo->out);
     const cv_epi ep = {b, act, slope};
     int64_t pend = 0;  // samples [pend, s0) still need the epilogue pass (fp32 chunks)
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
@@ -1035,36 +1027,32 @@ static void conv_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, c
     bias_act_forward(n - pend, f, P, b, act, slope, y + pend * L.y_elems);  // all of y when all ran in fp32
 }
 
-void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats) {
+void cuda_conv_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
+                       float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
-    conv_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, -1, 0.0f);
+    conv_forward_then(geo, x, w, b, y, -1, 0.0f);
 }
 
 // The graph fuses a convolution with the relu or leaky_relu that alone reads it (graph_build):
 // the activation rides on the bias pass (16 bits: on the widening pass), and its buffer is the
 // convolution's.
-void cuda_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                           const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                           const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cuda_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                            float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     (void)scratch, (void)scratch_floats;
     GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
-    conv_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
+    conv_forward_then(geo, x, w, b, y, (int)act, slope);
 }
 
 // dw[F, C/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none)
-void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                        const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                        const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
-                        int64_t scratch_floats) {
+void cuda_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw,
+                        float *db, float *dx, float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
     cuda_ctx *cx = cuda_ctx_get();
-    cv_geom g = geom_make(c, f, groups, in, out, k, s, d, p);
+    const int64_t n = geo->n;
+    gl_conv_geom g = geom_make(geo);
     cv_layout L = layout_of(&g);
-    if (db) bias_backward(n, f, spatial(out), dy, db);
+    if (db) bias_backward(n, geo->f, spatial(geo->out), dy, db);
     if (n <= 0) {
         CU_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)L.w_elems, cx->stream));
         return;
@@ -1087,14 +1075,14 @@ void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const i
 // x[N, C, in] -> y[N, F, out] (overwritten) + b[F]: BackwardData of the convolution F -> C
 // from out to in, whose x-space is y and whose y-space is x.
 // act < 0: none; otherwise y = act(convt(x) + b) (cuda_conv_transpose_forward_act).
-static void convt_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                               const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                               const int64_t p[3], const float *x, const float *w, const float *b, float *y, int act,
-                               float slope) {
+static void convt_forward_then(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
+                               int act, float slope) {
+    const int64_t n = geo->n, f = geo->f;
     if (n <= 0) return;
-    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
+    const gl_conv_geom fl = gl_conv_geom_flipped(geo);
+    gl_conv_geom g = geom_make(&fl);
     cv_layout L = layout_of(&g);
-    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(out);
+    int64_t nb = chunk_samples(&L, n, cuda_is_half()), P = spatial(geo->out);
     const cv_epi ep = {b, act, slope};
     int64_t pend = 0;  // samples [pend, s0) still need the epilogue pass (fp32 or staged chunks)
     for (int64_t s0 = 0; s0 < n; s0 += nb) {
@@ -1113,38 +1101,34 @@ static void convt_forward_then(int64_t n, int64_t c, int64_t f, int64_t groups, 
     bias_act_forward(n - pend, f, P, b, act, slope, y + pend * L.x_elems);
 }
 
-void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cuda_conv_transpose_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
                                  float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
-    convt_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, -1, 0.0f);
+    convt_forward_then(geo, x, w, b, y, -1, 0.0f);
 }
 
 // As cuda_conv_forward_act: the activation rides on the pass that adds the bias (the 16-bit
 // widening, or bias_act), and the graph gives the activation this layer's buffer.
-void cuda_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                     const int64_t p[3], const float *x, const float *w, const float *b, float *y,
-                                     float *scratch, int64_t scratch_floats, gl_act act, float slope) {
+void cuda_conv_transpose_forward_act(const gl_conv_geom *geo, const float *x, const float *w, const float *b,
+                                     float *y, float *scratch, int64_t scratch_floats, gl_act act, float slope) {
     (void)scratch, (void)scratch_floats;
     GL_CHECK(gl_act_storable(act, slope),
              "conv_transpose_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
-    convt_forward_then(n, c, f, groups, in, out, k, s, d, p, x, w, b, y, (int)act, slope);
+    convt_forward_then(geo, x, w, b, y, (int)act, slope);
 }
 
 // dw[C, F/G, k] and db[F] (NULL: none) overwritten, dx[N, C, in] accumulated (NULL: none): the
 // convolution F -> C from out to in run on dy (its x-space): BackwardFilter for dw, Forward
 // (accumulating) for dx.
-void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                  const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                  const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
-                                  float *db, float *dx, float *scratch, int64_t scratch_floats) {
+void cuda_conv_transpose_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy,
+                                  float *dw, float *db, float *dx, float *scratch, int64_t scratch_floats) {
     (void)scratch, (void)scratch_floats;
     cuda_ctx *cx = cuda_ctx_get();
-    cv_geom g = geom_make(f, c, groups, out, in, k, s, d, p);
+    const int64_t n = geo->n;
+    const gl_conv_geom fl = gl_conv_geom_flipped(geo);
+    gl_conv_geom g = geom_make(&fl);
     cv_layout L = layout_of(&g);
-    if (db) bias_backward(n, f, spatial(out), dy, db);
+    if (db) bias_backward(n, geo->f, spatial(geo->out), dy, db);
     if (n <= 0) {
         CU_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * (size_t)L.w_elems, cx->stream));
         return;

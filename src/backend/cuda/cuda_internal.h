@@ -19,7 +19,7 @@
 
 #include "backend/cuda/cuda_dl.h"
 #include "galley/backend.h"
-#include "galley/recipe.h"  // PRECISION_*
+#include "galley/backend_types.h"  // PRECISION_*
 
 typedef struct {
     int device;            // CUDA ordinal
@@ -42,7 +42,7 @@ typedef struct {
     double *red;           // device partial sums for losses and norms: red_count doubles
     int64_t red_count;
     double *red_host;      // pinned host mirror of red
-    int precision;         // PRECISION_* of recipe.h in effect for dense and conv (set_precision; fp32 at bind)
+    int precision;         // PRECISION_* (backend_types.h) in effect for dense and conv (set_precision; fp32 at bind)
     // Recording (cuda_graph.cu): while capturing, failed checks mark the recording broken instead
     // of ending the run (nothing has run; the pass runs again eagerly), and buffers do not grow.
     bool capturing, capture_broken;
@@ -139,29 +139,18 @@ double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, c
                          const float *weights, float *dlogits);
 double cuda_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
 // cuda_conv.cu
-void cuda_conv_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                       const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats);
-void cuda_conv_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                           const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                           const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cuda_conv_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
+                       float *scratch, int64_t scratch_floats);
+void cuda_conv_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                            float *scratch, int64_t scratch_floats, gl_act act, float slope);
-void cuda_conv_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3], const int64_t out[3],
-                        const int64_t k[3], const int64_t s[3], const int64_t d[3], const int64_t p[3], const float *x,
-                        const float *w, const float *dy, float *dw, float *db, float *dx, float *scratch,
-                        int64_t scratch_floats);
-void cuda_conv_transpose_forward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                 const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                 const int64_t p[3], const float *x, const float *w, const float *b, float *y,
+void cuda_conv_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
+                        float *db, float *dx, float *scratch, int64_t scratch_floats);
+void cuda_conv_transpose_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                                  float *scratch, int64_t scratch_floats);
-void cuda_conv_transpose_forward_act(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                     const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                     const int64_t p[3], const float *x, const float *w, const float *b, float *y,
-                                     float *scratch, int64_t scratch_floats, gl_act act, float slope);
-void cuda_conv_transpose_backward(int64_t n, int64_t c, int64_t f, int64_t groups, const int64_t in[3],
-                                  const int64_t out[3], const int64_t k[3], const int64_t s[3], const int64_t d[3],
-                                  const int64_t p[3], const float *x, const float *w, const float *dy, float *dw,
-                                  float *db, float *dx, float *scratch, int64_t scratch_floats);
+void cuda_conv_transpose_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b,
+                                     float *y, float *scratch, int64_t scratch_floats, gl_act act, float slope);
+void cuda_conv_transpose_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy,
+                                  float *dw, float *db, float *dx, float *scratch, int64_t scratch_floats);
 // cuda_pool.cu
 void cuda_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                            const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);

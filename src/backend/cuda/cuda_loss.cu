@@ -8,7 +8,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_reduce.h"
 #include "galley/check.h"
-#include "galley/recipe.h"  // LOSS_MSE
+#include "galley/backend_types.h"  // LOSS_MSE
 
 // logits[N, C, S], labels[N, S], weights[C] or NULL -> partial[blocks] of sum w[y] * nll, and
 // dlogits[N, C, S] = w[y] * inv * (softmax - onehot) unless NULL (inv = 1 / sum w, from the host).

@@ -7,8 +7,8 @@
 // regression sum is a double with a fixed order (cuda_reduce.h): equal to the host's to rounding.
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_reduce.h"
+#include "galley/backend_types.h"  // GL_MAX_IOU_CLASSES
 #include "galley/check.h"
-#include "galley/loss.h"  // GL_MAX_IOU_CLASSES
 
 typedef unsigned long long u64;
 

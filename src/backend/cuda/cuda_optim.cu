@@ -18,7 +18,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "galley/check.h"
-#include "galley/recipe.h"  // OPT_*
+#include "galley/backend_types.h"  // OPT_*
 
 // ---- the chunk table on the device -------------------------------------------------------------
 
@@ -222,40 +222,59 @@ __global__ static void lamb_apply_k(const gl_chunk *chunks, gl_optim_args a, con
     }
 }
 
+// One rule's device update (backend.h's optim_update): dch is the chunk table on the device. A
+// rule's is cuda_optim_<name> (GL_OPTIM_RULES, backend_types.h), here or in a .cu file of its own.
+typedef void cuda_rule_fn(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                          float *s1, double *part, const double *ratio, cudaStream_t st);
+#define CUDA_RULE_DECLARE_(E, name) cuda_rule_fn cuda_optim_##name;
+GL_OPTIM_RULES(CUDA_RULE_DECLARE_)
+#undef CUDA_RULE_DECLARE_
+
+void cuda_optim_sgd(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                    float *s1, double *part, const double *ratio, cudaStream_t st) {
+    (void)s1, (void)part, (void)ratio;
+    if (!s0)
+        sgd_k<SGD_PLAIN><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
+    else if (!k.nesterov)
+        sgd_k<SGD_MOMENTUM><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
+    else
+        sgd_k<SGD_NESTEROV><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
+    CU_LAUNCHED();
+}
+
+void cuda_optim_adamw(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                      float *s1, double *part, const double *ratio, cudaStream_t st) {
+    (void)part, (void)ratio;
+    adamw_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0, s1);
+    CU_LAUNCHED();
+}
+
+void cuda_optim_lamb(int nchunks, const gl_chunk *dch, const gl_optim_args &k, float *w, float *g, float *s0,
+                     float *s1, double *part, const double *ratio, cudaStream_t st) {
+    if (!ratio) {  // phase 1
+        GL_CHECK(part != NULL, "LAMB phase 1 returns its sums in part");
+        double *mirror;
+        double *dpart = cuda_partials(2 * (int64_t)nchunks, &mirror);
+        lamb_moments_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, nchunks, k, w, g, s0, s1, dpart);
+        CU_LAUNCHED();
+        partials_download(dpart, mirror, part, 2 * (int64_t)nchunks);
+    } else {  // phase 2
+        const double *dratio = ratio_upload(ratio);
+        lamb_apply_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, k, dratio, w, s0, s1);
+        CU_LAUNCHED();
+    }
+}
+
+// The rules by OPT_* value, from the registry's list (backend_types.h): cuda_optim_<name> each.
+#define CUDA_RULE_(E, name) cuda_optim_##name,
+static cuda_rule_fn *const cuda_rules[OPT_COUNT] = {GL_OPTIM_RULES(CUDA_RULE_)};
+#undef CUDA_RULE_
+
 void cuda_optim_update(int nchunks, const gl_chunk *chunks, const gl_optim_args *a, float *w, float *g, float *s0,
                        float *s1, double *part, const double *ratio) {
     if (nchunks <= 0) return;
+    GL_CHECK(a->rule >= 0 && a->rule < OPT_COUNT, "unknown optimizer rule");
     const gl_chunk *dch = table_on_device(nchunks, chunks);
-    cudaStream_t st = cuda_ctx_get()->stream;
     const gl_optim_args k = *a;
-    switch (k.rule) {
-    case OPT_SGD:
-        if (!s0)
-            sgd_k<SGD_PLAIN><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
-        else if (!k.nesterov)
-            sgd_k<SGD_MOMENTUM><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
-        else
-            sgd_k<SGD_NESTEROV><<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0);
-        CU_LAUNCHED();
-        break;
-    case OPT_ADAMW:
-        adamw_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, k, w, g, s0, s1);
-        CU_LAUNCHED();
-        break;
-    case OPT_LAMB:
-        if (!ratio) {  // phase 1
-            GL_CHECK(part != NULL, "LAMB phase 1 returns its sums in part");
-            double *mirror;
-            double *dpart = cuda_partials(2 * (int64_t)nchunks, &mirror);
-            lamb_moments_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, nchunks, k, w, g, s0, s1, dpart);
-            CU_LAUNCHED();
-            partials_download(dpart, mirror, part, 2 * (int64_t)nchunks);
-        } else {  // phase 2
-            const double *dratio = ratio_upload(ratio);
-            lamb_apply_k<<<nchunks, GL_BLOCK, 0, st>>>(dch, k, dratio, w, s0, s1);
-            CU_LAUNCHED();
-        }
-        break;
-    default: GL_CHECK(0, "unknown optimizer rule");
-    }
+    cuda_rules[k.rule](nchunks, dch, k, w, g, s0, s1, part, ratio, cuda_ctx_get()->stream);
 }

@@ -84,19 +84,13 @@ int64_t conv_scratch_floats(double per_sample, int64_t positions, int64_t batch)
 
 // ---- geometry ---------------------------------------------------------------------------------
 
-// What the backend's conv kernels take: {D, H, W} everywhere, a 2D map being D = 1.
-typedef struct {
-    int nd;  // spatial dimensions: 2 or 3
-    int64_t c, f, groups;
-    int64_t in[3], out[3], k[3], s[3], d[3], p[3];  // p: padding before
-} conv_geom;
-
-// Fills g from the layer's input and keys; returns -1 with a message for impossible ones.
-static int conv_geometry(const layer_t *l, conv_geom *g, char *err, size_t errlen) {
+// Fills g (backend_types.h: what the backend's conv kernels take) from the layer's input and
+// keys, batch n = 0 (the calls set it); returns -1 with a message for impossible ones.
+static int conv_geometry(const layer_t *l, gl_conv_geom *g, char *err, size_t errlen) {
     const gl_value *v = l->cfg->v;
     int nd = conv_input_dims(l, g->in, err, errlen);
     if (nd < 0) return -1;
-    g->nd = nd;
+    g->nd = nd, g->n = 0;
     g->c = l->in[0]->shape.d[0], g->f = v[K_FILTERS].i, g->groups = v[K_GROUPS].i;
     int64_t k = v[K_KERNEL].i, s = v[K_STRIDE].i, d = v[K_DILATION].i, pad = v[K_PADDING].i;
     if (g->c % g->groups) {
@@ -135,15 +129,17 @@ static int conv_geometry(const layer_t *l, conv_geom *g, char *err, size_t errle
     return 0;
 }
 
-static conv_geom geometry_of(const layer_t *l) {
-    conv_geom g;
+// The geometry of a call over n samples.
+static gl_conv_geom geometry_of(const layer_t *l, int64_t n) {
+    gl_conv_geom g;
     char err[512];
     GL_CHECK(conv_geometry(l, &g, err, sizeof err) == 0, "infer accepted this conv geometry");
+    g.n = n;
     return g;
 }
 
 static int conv_infer(layer_t *l, char *err, size_t errlen) {
-    conv_geom g;
+    gl_conv_geom g;
     if (conv_geometry(l, &g, err, errlen) != 0) return -1;
     int64_t cg = g.c / g.groups, fg = g.f / g.groups, k = g.k[2];
     double taps = (double)g.k[0] * (double)g.k[1] * (double)g.k[2];
@@ -206,14 +202,13 @@ static void conv_init(layer_t *l, float *params, uint64_t seed) {
 
 static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
-    conv_geom g = geometry_of(l);
+    gl_conv_geom g = geometry_of(l, n);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
     if (l->store_act_on)  // y = act(conv(x) + b): the activation after this layer, fused (graph_build)
-        be->conv_forward_act(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
-                             l->out.data, l->work, l->work_floats, l->store_act, l->store_slope);
+        be->conv_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats, l->store_act,
+                             l->store_slope);
     else
-        be->conv_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
-                         l->out.data, l->work, l->work_floats);
+        be->conv_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats);
 }
 
 static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
@@ -222,10 +217,9 @@ static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, f
 }
 
 static void conv_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    conv_geom g = geometry_of(l);
+    gl_conv_geom g = geometry_of(l, n);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
-    be->conv_backward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, l->out.grad,
-                      l->dw, db, l->in[0]->grad, l->work, l->work_floats);
+    be->conv_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_floats);
 }
 
 const layer_kind layer_conv = {

@@ -35,19 +35,14 @@ static const key_spec keys[] = {
     KEY_END,
 };
 
-// What the backend's conv_transpose kernels take: {D, H, W} everywhere, a 2D map being D = 1.
-typedef struct {
-    int nd;  // spatial dimensions: 2 or 3
-    int64_t c, f, groups;
-    int64_t in[3], out[3], k[3], s[3], d[3], p[3];
-} convt_geom;
-
-// Fills g from the layer's input and keys; returns -1 with a message for impossible ones.
-static int convt_geometry(const layer_t *l, convt_geom *g, char *err, size_t errlen) {
+// Fills g (backend_types.h: what the backend's conv_transpose kernels take; out includes
+// output_padding) from the layer's input and keys, batch n = 0 (the calls set it); returns -1
+// with a message for impossible ones.
+static int convt_geometry(const layer_t *l, gl_conv_geom *g, char *err, size_t errlen) {
     const gl_value *v = l->cfg->v;
     int nd = conv_input_dims(l, g->in, err, errlen);
     if (nd < 0) return -1;
-    g->nd = nd;
+    g->nd = nd, g->n = 0;
     g->c = l->in[0]->shape.d[0], g->f = v[K_FILTERS].i, g->groups = v[K_GROUPS].i;
     int64_t k = v[K_KERNEL].i, s = v[K_STRIDE].i, d = v[K_DILATION].i, pad = v[K_PADDING].i;
     int64_t op = v[K_OUTPUT_PADDING].i;
@@ -84,15 +79,17 @@ static int convt_geometry(const layer_t *l, convt_geom *g, char *err, size_t err
     return 0;
 }
 
-static convt_geom geometry_of(const layer_t *l) {
-    convt_geom g;
+// The geometry of a call over n samples.
+static gl_conv_geom geometry_of(const layer_t *l, int64_t n) {
+    gl_conv_geom g;
     char err[512];
     GL_CHECK(convt_geometry(l, &g, err, sizeof err) == 0, "infer accepted this conv_transpose geometry");
+    g.n = n;
     return g;
 }
 
 static int convt_infer(layer_t *l, char *err, size_t errlen) {
-    convt_geom g;
+    gl_conv_geom g;
     if (convt_geometry(l, &g, err, errlen) != 0) return -1;
     int64_t cg = g.c / g.groups, fg = g.f / g.groups, k = g.k[2];
     double taps = (double)g.k[0] * (double)g.k[1] * (double)g.k[2];
@@ -159,14 +156,13 @@ static void convt_init(layer_t *l, float *params, uint64_t seed) {
 
 static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
-    convt_geom g = geometry_of(l);
+    gl_conv_geom g = geometry_of(l, n);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
     if (l->store_act_on)  // y = act(convt(x) + b): the activation after this layer, fused (graph_build)
-        be->conv_transpose_forward_act(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w,
-                                       b, l->out.data, l->work, l->work_floats, l->store_act, l->store_slope);
+        be->conv_transpose_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats,
+                                       l->store_act, l->store_slope);
     else
-        be->conv_transpose_forward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w, b,
-                                   l->out.data, l->work, l->work_floats);
+        be->conv_transpose_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats);
 }
 
 static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
@@ -175,10 +171,10 @@ static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, 
 }
 
 static void convt_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    convt_geom g = geometry_of(l);
+    gl_conv_geom g = geometry_of(l, n);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
-    be->conv_transpose_backward(n, g.c, g.f, g.groups, g.in, g.out, g.k, g.s, g.d, g.p, l->in[0]->data, l->w,
-                                l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_floats);
+    be->conv_transpose_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work,
+                                l->work_floats);
 }
 
 const layer_kind layer_conv_transpose = {
