@@ -136,7 +136,7 @@ static int cmd_bench(int argc, char **argv) {
             int big = res[m].sample_bytes >= 1024;
             printf("galley data bench %s: training split, %s data, batch %lld, %d reader threads, prefetch %lld, "
                    "%.*f %s per sample (float32)\n",
-                   argv[0], r.data.source == DATA_SOURCE_HDF5 ? "hdf5" : "synthetic", (long long)res[m].batch,
+                   argv[0], data_source_name(r.data.source), (long long)res[m].batch,
                    res[m].threads, (long long)r.data.loader.prefetch, big ? 1 : 0, big ? res[m].sample_bytes / 1024 : res[m].sample_bytes,
                    big ? "KiB" : "bytes");
             printf("  %-9s %12s %10s %8s %9s  %s\n", "mode", "samples/s", "MB/s", "samples", "seconds", "what");

@@ -3,6 +3,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "galley/data.h"
 #include "galley/recipe.h"
 #include "galley/synth.h"
 
@@ -27,7 +28,6 @@ static bool has_target(const void *b) { return R(b)->train.target.metric != METR
 static bool is_deterministic(const void *b) { return R(b)->distributed.deterministic; }
 #define NO_RANGE 0, 0
 
-static const char *const source_choices[] = {"synthetic", "hdf5", NULL};
 static const char *const samples_choices[] = {"stacked", "per_file", NULL};
 static const char *const layout_choices[] = {"channels_first", "channels_last", NULL};
 static const char *const target_kind_choices[] = {"class", "mask", "values", NULL};
@@ -125,7 +125,7 @@ static const key_spec augment_keys[] = {
 };
 
 static const key_spec data_keys[] = {
-    {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, source_choices, OFF(data.source), NULL,
+    {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, data_source_choices, OFF(data.source), NULL,
      "where samples come from: synthetic (built in, generated in memory from the seed) or hdf5 (files; "
      "`galley data synth` writes the synthetic kinds as HDF5)"},
     {"synthetic", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, synthetic_keys,

@@ -12,6 +12,15 @@ mkdir -p "$W/old" "$W/new"
 bad=0
 same() { echo "same: $1"; }
 differ() { echo "DIFFERS: $1"; bad=1; }
+# h5diff of two files: every dataset and attribute equal, except the root's wall-clock ones and
+# galley_version (it names the commit each binary was built from).
+h5same() {
+    local d
+    d=$( (h5diff -r "$1" "$2" 2>&1 || true) | awk '/^(attribute|dataset): /{o=$0} /differences found/ && $1 > 0 {print o}' |
+        grep -Ev '^attribute: <(created|train_seconds|galley_version) of </>>' || true)
+    [[ -z $d ]] || echo "$d" | head -3
+    [[ -z $d ]]
+}
 
 # Both binaries run the same command in $W/old and $W/new; stdout+stderr and the rc compared.
 both() {
@@ -54,17 +63,17 @@ if has synth; then
 for k in spirals blobs shapes2d cosmo3d climate2d nbody3d; do
     both "synth-$k" data synth "$k" "$k.h5" n=12 size=16 seed=5 compress=1
     cmp_text "synth-$k"
-    h5diff "$W/old/$k.h5" "$W/new/$k.h5" >/dev/null && same "synth-$k h5diff" || differ "synth-$k h5diff"
+    h5same "$W/old/$k.h5" "$W/new/$k.h5" && same "synth-$k h5diff" || differ "synth-$k h5diff"
 done
 both synth-perfile data synth climate2d pf n=3 size=16 per_file=true split=val
 cmp_text synth-perfile
 for f in "$W"/old/pf/*.h5; do
-    h5diff "$f" "$W/new/pf/$(basename "$f")" >/dev/null || { differ "per_file $(basename "$f")"; }
+    h5same "$f" "$W/new/pf/$(basename "$f")" || differ "per_file $(basename "$f")"
 done
 fi
 
-# Timings and paths a run prints vary: keep the rest.
-T='s/[0-9]+(\.[0-9]+)? ?(ms|s|min|h|samples\/s|img\/s|GB\/s|MB\/s)\b/T/g; s/[0-9.]+ ?%/P%/g; s/host [0-9.]+ MiB/host M/; s/ +/ /g; s/[0-9]{8}-[0-9]{6}/D/g'
+# Timings and paths a run prints vary, and so does the idle-thread spin tuning: keep the rest.
+T='/^ *idle threads: /d; s/[0-9]+(\.[0-9]+)? ?(ms|s|min|h|samples\/s|img\/s|GB\/s|MB\/s)\b/T/g; s/[0-9.]+ ?%/P%/g; s/host [0-9.]+ MiB/host M/; s/ +/ /g; s/[0-9]{8}-[0-9]{6}/D/g'
 train() {  # tag recipe overrides...
     local tag=$1 recipe=$2
     shift 2
@@ -73,12 +82,8 @@ train() {  # tag recipe overrides...
     cmp_text "$tag" "$T"
     local a b
     a=$(ls "$W/old/ck-$tag"/*.h5 2>/dev/null | sort | tail -1) b=$(ls "$W/new/ck-$tag"/*.h5 2>/dev/null | sort | tail -1)
-    # Every dataset and attribute equal, except the root's wall-clock ones.
-    local d
-    d=$( (h5diff -r "$a" "$b" 2>&1 || true) | awk '/^(attribute|dataset): /{o=$0} /differences found/ && $1 > 0 {print o}' |
-        grep -Ev '^attribute: <(created|train_seconds) of </>>' || true)
-    if [[ -n $a && -n $b && -z $d ]]; then same "$tag checkpoint ($(basename "$a"))"
-    else differ "$tag checkpoint: $d"; fi
+    if [[ -n $a && -n $b ]] && h5same "$a" "$b"; then same "$tag checkpoint ($(basename "$a"))"
+    else differ "$tag checkpoint"; fi
 }
 if has train; then
 train mlp "$SRC/recipes/mlp.yaml" train.steps=24 train.eval_every=8
