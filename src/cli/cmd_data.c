@@ -94,8 +94,8 @@ static int cmd_synth(int argc, char **argv) {
         return GL_EXIT_USAGE;
     }
     if (h5_synth_write(&p, argv[1], stderr)) return GL_EXIT_RUNTIME;
-    printf("galley: wrote %s: %s, %lld samples (%s split, seed %lld)\n", argv[1], synth_kind_name(p.kind), (long long)p.n,
-           p.split == SPLIT_TRAIN ? "train" : "val", (long long)p.seed);
+    printf("galley: wrote %s: %s, %lld samples (%s split, seed %lld)\n", argv[1], synth_kind_name(p.kind),
+           (long long)p.n, p.split == SPLIT_TRAIN ? "train" : "val", (long long)p.seed);
     return GL_EXIT_OK;
 }
 

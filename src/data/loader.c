@@ -22,9 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/source.h"
 #include "galley/arena.h"
 #include "galley/augment.h"
-#include "data/source.h"
 #include "galley/check.h"
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_IN_USE };
@@ -279,8 +279,8 @@ static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64
             // cached
         } else if (L->cache_state && atomic_compare_exchange_strong(&L->cache_state[i], &zero, 1)) {
             int rc = L->ops->read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
-                                mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
-                                msg, len);
+                                  mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
+                                  msg, len);
             if (rc) return atomic_store(&L->cache_state[i], 0), -1;
             atomic_store(&L->cache_state[i], 2);
         } else {
@@ -288,7 +288,7 @@ static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64
             int crop = L->aug.crop > 0;
             float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
             if (L->ops->read(L->src, w->cur, i, crop ? plan.crop : NULL, bx, mask ? (int32_t *)bt : NULL,
-                           mask ? NULL : bt, msg, len))
+                             mask ? NULL : bt, msg, len))
                 return -1;
             x = bx;
             if (mask) l = (const int32_t *)bt;

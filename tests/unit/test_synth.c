@@ -480,7 +480,8 @@ static void test_registry_every_kind_describes(void **state)
         char yaml[256];
         snprintf(yaml, sizeof yaml,
                  "data:\n  synthetic: {kind: %s%s}\nmodel:\n  layers:\n    - {type: relu}\n"
-                 "optimizer: {lr: 0.1}\n", synth_kind_name(id), synth_kind_reads(id, SYNTH_KEY_SIZE) ? ", size: 8" : "");
+                 "optimizer: {lr: 0.1}\n",
+                 synth_kind_name(id), synth_kind_reads(id, SYNTH_KEY_SIZE) ? ", size: 8" : "");
         recipe_t r;
         tl_recipe(&r, yaml, 0, NULL);
         gl_dataset d;
