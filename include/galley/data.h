@@ -36,6 +36,11 @@ void data_describe(const recipe_t *r, gl_dataset *d);
 // The shapes of a split of the recipe's data, synthetic or HDF5 (opening the files to read their
 // metadata): 0, or GL_EXIT_USAGE with the reason (file, dataset) printed to err.
 int data_shape(const recipe_t *r, int split, gl_dataset *d, FILE *err);
+// data.source's choices, the sources of src/data/source_registry.c in id order (DATA_SOURCE_*),
+// NULL-terminated; the name of id ("?" for none).
+extern const char *const data_source_choices[];
+int data_source_count(void);
+const char *data_source_name(int id);
 // Arena bytes data_synth_make needs for one split.
 size_t data_synth_bytes(const recipe_t *r, int split);
 // Generates a split of the recipe's synthetic data set; a pure function of (seed, split),

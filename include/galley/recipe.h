@@ -28,7 +28,7 @@ typedef struct {
 
 // Enum values, in the order of their choices tables in schema.c (PRECISION_*, LOSS_* and OPT_*:
 // backend_types.h).
-enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1 };
+enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1 };  // the order of src/data/source_registry.c
 enum { DATA_SAMPLES_STACKED = 0, DATA_SAMPLES_PER_FILE = 1 };
 enum { DATA_LAYOUT_CHANNELS_FIRST = 0, DATA_LAYOUT_CHANNELS_LAST = 1 };
 enum { DATA_TARGET_CLASS = 0, DATA_TARGET_MASK = 1, DATA_TARGET_VALUES = 2 };
@@ -36,6 +36,7 @@ enum { DATA_TRANSFORM_NONE = 0, DATA_TRANSFORM_LOG1P = 1 };
 enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
 enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
 enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
+// The order of src/data/synth_registry.c (include/galley/synth.h looks kinds up by name).
 enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D };
 enum { DEVICE_AUTO = 0, DEVICE_CPU = 1, DEVICE_CUDA = 2 };
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };

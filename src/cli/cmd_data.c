@@ -9,8 +9,7 @@
 #include "galley/cli.h"
 #include "galley/h5data.h"
 #include "galley/loader.h"
-
-static const char *const kinds[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d", NULL};
+#include "galley/synth.h"
 
 static int parse_i64(const char *v, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
@@ -21,9 +20,11 @@ static int parse_i64(const char *v, int64_t lo, int64_t hi, int64_t *out) {
 }
 
 static int synth_usage(FILE *out) {
-    fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n\n"
-          "Writes the synthetic data set KIND (spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d) to OUT.h5,\n"
-          "the same samples `data.synthetic` generates in memory for the same seed, split and sizes.\n"
+    char kinds[512];
+    synth_kind_list(kinds, sizeof kinds, ", ");
+    fprintf(out, "usage: galley data synth KIND OUT.h5 [key=value ...]\n\n"
+                 "Writes the synthetic data set KIND (%s) to OUT.h5,\n", kinds);
+    fputs("the same samples `data.synthetic` generates in memory for the same seed, split and sizes.\n"
           "keys: n=256 (samples)  size=32 (edge)  seed=42  split=train|val  classes=3  channels=0 (kind's own)\n"
           "      features=2  noise=0.1  compress=0 (gzip level 0-9)  per_file=false (OUT is a directory of\n"
           "      sample-NNNNNN.h5 files without a sample axis, as DeepCAM stores its data)\n"
@@ -43,12 +44,11 @@ static int cmd_synth(int argc, char **argv) {
     }
     h5_synth_params p;
     h5_synth_default_params(&p);
-    p.kind = -1;
-    for (int i = 0; kinds[i]; i++)
-        if (!strcmp(argv[0], kinds[i])) p.kind = i;
+    p.kind = synth_kind_find(argv[0]);
     if (p.kind < 0) {
-        fprintf(stderr, "galley: error: unknown synthetic kind '%s' (one of spirals, blobs, shapes2d, cosmo3d, "
-                        "climate2d, nbody3d)\n", argv[0]);
+        char kinds[512];
+        synth_kind_list(kinds, sizeof kinds, ", ");
+        fprintf(stderr, "galley: error: unknown synthetic kind '%s' (one of %s)\n", argv[0], kinds);
         return GL_EXIT_USAGE;
     }
     for (int i = 2; i < argc; i++) {
@@ -88,13 +88,14 @@ static int cmd_synth(int argc, char **argv) {
             return GL_EXIT_USAGE;
         }
     }
-    if (p.kind == SYNTH_SHAPES2D && p.classes > 6) {
-        fprintf(stderr, "galley: error: shapes2d has at most 6 classes\n");
+    const int64_t most = synth_kind_max_classes(p.kind);
+    if (most > 0 && p.classes > most) {
+        fprintf(stderr, "galley: error: %s has at most %lld classes\n", synth_kind_name(p.kind), (long long)most);
         return GL_EXIT_USAGE;
     }
     if (h5_synth_write(&p, argv[1], stderr)) return GL_EXIT_RUNTIME;
-    printf("galley: wrote %s: %s, %lld samples (%s split, seed %lld)\n", argv[1], kinds[p.kind], (long long)p.n,
-           p.split == SPLIT_TRAIN ? "train" : "val", (long long)p.seed);
+    printf("galley: wrote %s: %s, %lld samples (%s split, seed %lld)\n", argv[1], synth_kind_name(p.kind),
+           (long long)p.n, p.split == SPLIT_TRAIN ? "train" : "val", (long long)p.seed);
     return GL_EXIT_OK;
 }
 
@@ -135,7 +136,7 @@ static int cmd_bench(int argc, char **argv) {
             int big = res[m].sample_bytes >= 1024;
             printf("galley data bench %s: training split, %s data, batch %lld, %d reader threads, prefetch %lld, "
                    "%.*f %s per sample (float32)\n",
-                   argv[0], r.data.source == DATA_SOURCE_HDF5 ? "hdf5" : "synthetic", (long long)res[m].batch,
+                   argv[0], data_source_name(r.data.source), (long long)res[m].batch,
                    res[m].threads, (long long)r.data.loader.prefetch, big ? 1 : 0, big ? res[m].sample_bytes / 1024 : res[m].sample_bytes,
                    big ? "KiB" : "bytes");
             printf("  %-9s %12s %10s %8s %9s  %s\n", "mode", "samples/s", "MB/s", "samples", "seconds", "what");

@@ -5,6 +5,7 @@
 #include "galley/check.h"
 #include "galley/cli.h"
 #include "galley/recipe.h"
+#include "galley/synth.h"
 
 void cli_usage(FILE *out) {
     fputs("usage: galley COMMAND [ARGS]\n"
@@ -101,11 +102,13 @@ int cli_help_for(const char *c, FILE *out) {
               "variables galley sees. Outside the container it says that no hooks ran.\n",
               out);
     } else if (!strcmp(c, "data")) {
-        fputs("usage: galley data synth KIND OUT.h5 [key=value ...]\n"
-              "       galley data inspect FILE.h5\n"
-              "       galley data bench RECIPE [key=value ...] [steps=N]\n\n"
-              "synth writes a synthetic data set (spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d) as HDF5,\n"
-              "the same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
+        char kinds[512];
+        synth_kind_list(kinds, sizeof kinds, ", ");
+        fprintf(out, "usage: galley data synth KIND OUT.h5 [key=value ...]\n"
+                     "       galley data inspect FILE.h5\n"
+                     "       galley data bench RECIPE [key=value ...] [steps=N]\n\n"
+                     "synth writes a synthetic data set (%s) as HDF5,\n", kinds);
+        fputs("the same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
               "`galley data synth --help` lists the keys and the datasets written.\n\n"
               "inspect lists every dataset of an HDF5 file: path, shape, dtype, chunks, filters (gzip, shuffle,\n"
               "...) and min/max/mean of its values (read once, in blocks: memory stays bounded), with a count\n"

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "data/source.h"
 #include "galley/check.h"
 #include "galley/loader.h"
 
@@ -34,8 +35,8 @@ int loader_bench(const recipe_t *r, int mode, int64_t steps, loader_bench_result
     res->sample_bytes = (double)(d->size + d->tsize) * 4;
     res->threads = (int)(rr.data.loader.threads);
     res->batch = loader_batch_capacity(L);
-    if (mode == LOADER_BENCH_READ && r->data.source == DATA_SOURCE_SYNTHETIC) {
-        // Synthetic data is generated when the loader opens: that is its "read".
+    if (mode == LOADER_BENCH_READ && source_ops(r->data.source)->load) {
+        // A source held in memory (synthetic) is made when the loader opens: that is its "read".
         res->samples = d->n;
         res->seconds = res->open_s;
         loader_free(L);

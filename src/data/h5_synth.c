@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "data/h5_internal.h"
+#include "data/synth_internal.h"
 #include "galley/arena.h"
 #include "galley/check.h"
 #include "galley/h5data.h"
@@ -16,8 +17,6 @@
 #ifndef GALLEY_VERSION
 #define GALLEY_VERSION "dev"
 #endif
-
-static const char *const kind_names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d"};
 
 void h5_synth_default_params(h5_synth_params *p) {
     memset(p, 0, sizeof *p);
@@ -75,18 +74,16 @@ typedef struct {
     const char *x, *y, *layout, *transform, *target;
 } naming;
 
-static naming naming_of(int kind) {
-    switch (kind) {
-    case SYNTH_COSMO3D: return (naming){"x", "y", "channels_first", "log1p", "values"};
-    case SYNTH_CLIMATE2D: return (naming){"climate/data", "climate/labels_0", "channels_last", "none", "mask"};
-    case SYNTH_NBODY3D: return (naming){"x", "y", "channels_first", "none", "values"};
-    default: return (naming){"x", "y", "channels_first", "none", "class"};
-    }
+static naming naming_of(const synth_kind *k, const gl_dataset *d) {
+    return (naming){k->h5_x, k->h5_y, k->h5_store == SYNTH_STORE_CHANNELS_LAST ? "channels_last" : "channels_first",
+                    k->h5_store == SYNTH_STORE_LOG_COUNTS ? "log1p" : "none",
+                    d->target == TARGET_CLASS ? "class" : d->target == TARGET_MASK ? "mask" : "values"};
 }
 
 static void write_attrs(hid_t f, const h5_synth_params *p, const gl_dataset *d, int64_t first) {
-    naming nm = naming_of(p->kind);
-    attr_str(f, "galley_kind", kind_names[p->kind]);
+    const synth_kind *k = synth_kind_at(p->kind);
+    naming nm = naming_of(k, d);
+    attr_str(f, "galley_kind", synth_kind_name(p->kind));
     attr_str(f, "galley_split", p->split == SPLIT_TRAIN ? "train" : "val");
     attr_str(f, "galley_version", GALLEY_VERSION);
     attr_num(f, "galley_seed", (double)p->seed, 1);
@@ -101,22 +98,20 @@ static void write_attrs(hid_t f, const h5_synth_params *p, const gl_dataset *d, 
     attr_str(f, "galley_layout", nm.layout);
     attr_str(f, "galley_transform", nm.transform);
     attr_str(f, "galley_target", nm.target);
-    attr_str(f, "galley_description",
-             p->kind == SYNTH_COSMO3D ? "x: int16 particle counts round(expm1(v)); read with log1p (data.transform: log1p)"
-             : p->kind == SYNTH_CLIMATE2D ? "DeepCAM layout: climate/data (H, W, C), climate/labels_0 (H, W)"
-                                          : "galley synthetic data set");
+    attr_str(f, "galley_description", k->h5_about ? k->h5_about : "galley synthetic data set");
 }
 
 // Writes samples [first, first + count) of d to file f; stacked adds the sample axis.
 static int write_samples(hid_t f, const h5_synth_params *p, const gl_dataset *d, int64_t first, int64_t count,
                          bool stacked) {
-    naming nm = naming_of(p->kind);
+    const synth_kind *kind = synth_kind_at(p->kind);
+    naming nm = naming_of(kind, d);
     uint64_t dims[GL_MAX_DIMS + 1];
     int rank = 0, rc = 0;
     if (stacked) dims[rank++] = (uint64_t)count;
     const float *x = d->x + first * d->size;
     int chunk = stacked ? 1 : 0;
-    if (p->kind == SYNTH_CLIMATE2D) {  // channels last: [.., S, S, C]
+    if (kind->h5_store == SYNTH_STORE_CHANNELS_LAST) {  // channels last: [.., S, S, C]
         int64_t c_n = d->shape.d[0], area = d->shape.d[1] * d->shape.d[2];
         float *t = gl_xmalloc((size_t)(count * d->size) * sizeof(float));
         for (int64_t i = 0; i < count; i++)
@@ -127,7 +122,7 @@ static int write_samples(hid_t f, const h5_synth_params *p, const gl_dataset *d,
         free(t);
     } else {
         for (int k = 0; k < d->shape.ndim; k++) dims[rank + k] = (uint64_t)d->shape.d[k];
-        if (p->kind == SYNTH_COSMO3D) {
+        if (kind->h5_store == SYNTH_STORE_LOG_COUNTS) {
             int16_t *t = gl_xmalloc((size_t)(count * d->size) * sizeof(int16_t));
             for (int64_t j = 0; j < count * d->size; j++) t[j] = h5_counts_from_log(x[j]);
             rc |= h5_write_array(f, nm.x, H5T_STD_I16LE, H5T_NATIVE_INT16, rank + d->shape.ndim, dims, t, chunk,

@@ -22,10 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "data/source.h"
 #include "galley/arena.h"
 #include "galley/augment.h"
 #include "galley/check.h"
-#include "galley/h5data.h"
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_IN_USE };
 
@@ -47,7 +47,7 @@ typedef struct {
 } slot;
 
 typedef struct {
-    h5cursor *cur;
+    void *cur;  // the source's reader state (NULL: it does not read)
     float *fx, *ft, *ax, *bx, *at, *bt;  // full-sample reads and ping-pong buffers (targets as 4-byte items)
 } worker;
 
@@ -68,9 +68,9 @@ struct gl_loader {
     atomic_llong skipped;
     char skip_first[1024];
 
-    gl_dataset mem;    // synthetic: the split in memory
     gl_arena arena;    // slots, cache, perm, in-memory data
-    h5src *src;
+    const gl_source_ops *ops;  // data.source's
+    void *src;                 // the split, opened by ops
 
     float *cache_x, *cache_v;
     int32_t *cache_l;
@@ -135,11 +135,11 @@ static size_t slot_bytes(const load_plan *pl) {
            2 * arena_round((size_t)pl->cap * sizeof(int64_t));
 }
 
-static size_t arena_bytes(const recipe_t *r, const loader_params *p, const load_plan *pl) {
+static size_t arena_bytes(const recipe_t *r, const gl_source_ops *ops, const void *src, const load_plan *pl) {
     size_t b = (size_t)pl->nslots * slot_bytes(pl) + arena_round((size_t)pl->shape.n * sizeof(int64_t)) +
                16 * GL_ARENA_ALIGN;
-    if (r->data.source == DATA_SOURCE_SYNTHETIC) b += data_synth_bytes(r, p->split);
-    if (r->data.source == DATA_SOURCE_HDF5 && r->data.loader.cache == DATA_CACHE_MEMORY)
+    if (ops->memory_bytes) b += ops->memory_bytes(src);
+    else if (r->data.loader.cache == DATA_CACHE_MEMORY)
         b += arena_round((size_t)(pl->shape.n * shape_size(&pl->xfull)) * sizeof(float)) +
              arena_round((size_t)(pl->shape.n * shape_size(&pl->tfull)) * 4) + arena_round((size_t)pl->shape.n);
     return b;
@@ -151,25 +151,21 @@ static size_t worker_bytes(const load_plan *pl) {
 }
 
 size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
+    const gl_source_ops *ops = source_ops(r->data.source);
+    void *src;
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = ops->open(&src, r, p->split, devnull ? devnull : stderr);
+    if (devnull) fclose(devnull);
+    if (rc) return 0;
     gl_dataset d;
     gl_shape xf, tf;
-    if (r->data.source == DATA_SOURCE_HDF5) {
-        h5src *s;
-        FILE *devnull = fopen("/dev/null", "w");
-        int rc = h5src_open(&s, r, p->split, devnull ? devnull : stderr);
-        if (devnull) fclose(devnull);
-        if (rc) return 0;
-        h5src_describe(s, &d);
-        h5src_full(s, &xf, &tf);
-        h5src_free(s);
-    } else {
-        data_describe(r, &d);
-        d.n = p->split == SPLIT_TRAIN ? r->data.synthetic.train_size : r->data.synthetic.val_size;
-        xf = d.shape, tf = d.tshape;
-    }
+    int64_t crop;
+    ops->describe(src, &d, &xf, &tf, &crop);
     load_plan pl;
     make_plan(r, p, &d, &xf, &tf, &pl);
-    return arena_bytes(r, p, &pl) + (size_t)pl.threads * worker_bytes(&pl);
+    size_t bytes = arena_bytes(r, ops, src, &pl) + (size_t)pl.threads * worker_bytes(&pl);
+    ops->free(src);
+    return bytes;
 }
 
 // ---- staging ---------------------------------------------------------------------------------
@@ -199,7 +195,7 @@ static int copy_file(const char *from, const char *to, FILE *err) {
 
 // Copies the files holding the samples this rank reads in the run's epochs to the stage dir.
 static int stage_files(gl_loader *L, const recipe_t *r, const loader_params *p, FILE *err) {
-    int nf = h5src_files(L->src);
+    int nf = L->ops->files(L->src);
     unsigned char *need = gl_xcalloc((size_t)nf, 1);
     int64_t n = L->shape.n, epochs = L->train ? (p->epochs > 0 ? p->epochs : r->train.epochs) : 1;
     for (int64_t e = 1; e <= epochs; e++) {
@@ -209,7 +205,7 @@ static int stage_files(gl_loader *L, const recipe_t *r, const loader_params *p, 
         for (int64_t b = 0; b < L->bpe; b++) {
             int64_t start = b * L->batch, len = n - start < L->batch ? n - start : L->batch, lo, cnt, local;
             loader_shard(len, L->rank, L->world, &lo, &cnt);
-            for (int64_t j = 0; j < cnt; j++) need[h5src_file_of(L->src, L->perm[start + lo + j], &local)] = 1;
+            for (int64_t j = 0; j < cnt; j++) need[L->ops->file_of(L->src, L->perm[start + lo + j], &local)] = 1;
         }
     }
     L->perm_epoch = -1;
@@ -225,14 +221,14 @@ static int stage_files(gl_loader *L, const recipe_t *r, const loader_params *p, 
     L->staged = gl_xcalloc((size_t)nf, sizeof(char *));
     for (int i = 0; i < nf && !rc; i++) {
         if (!need[i]) continue;
-        const char *path = h5src_file(L->src, i), *base = strrchr(path, '/');
+        const char *path = L->ops->file(L->src, i), *base = strrchr(path, '/');
         base = base ? base + 1 : path;
         size_t len = strlen(L->stage_dir) + strlen(base) + 32;
         char *to = gl_xmalloc(len);
         snprintf(to, len, "%s/%06d-%s", L->stage_dir, i, base);
         L->staged[L->nstaged++] = to;
         rc = copy_file(path, to, err);
-        if (!rc) h5src_set_path(L->src, i, to);
+        if (!rc) L->ops->set_path(L->src, i, to);
     }
     free(need);
     return rc;
@@ -272,26 +268,27 @@ static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64
     const float *x = NULL, *v = NULL;
     const int32_t *l = NULL;
     int cropped = 0, mask = L->shape.target != TARGET_VALUES;
-    if (L->mem.x) {
-        x = L->mem.x + i * L->xfull_n;
-        if (mask) l = L->mem.labels + i * L->tfull_n;
-        else v = L->mem.values + i * L->tfull_n;
+    if (L->ops->sample) {
+        const void *t;
+        L->ops->sample(L->src, i, &x, &t);
+        if (mask) l = t;
+        else v = t;
     } else {
         unsigned char zero = 0;
         if (L->cache_state && atomic_load(&L->cache_state[i]) == 2) {
             // cached
         } else if (L->cache_state && atomic_compare_exchange_strong(&L->cache_state[i], &zero, 1)) {
-            int rc = h5src_read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
-                                mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
-                                msg, len);
+            int rc = L->ops->read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
+                                  mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
+                                  msg, len);
             if (rc) return atomic_store(&L->cache_state[i], 0), -1;
             atomic_store(&L->cache_state[i], 2);
         } else {
             // no cache, or another reader is filling this entry: read it here
             int crop = L->aug.crop > 0;
             float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
-            if (h5src_read(L->src, w->cur, i, crop ? plan.crop : NULL, bx, mask ? (int32_t *)bt : NULL,
-                           mask ? NULL : bt, msg, len))
+            if (L->ops->read(L->src, w->cur, i, crop ? plan.crop : NULL, bx, mask ? (int32_t *)bt : NULL,
+                             mask ? NULL : bt, msg, len))
                 return -1;
             x = bx;
             if (mask) l = (const int32_t *)bt;
@@ -363,7 +360,7 @@ static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, int *skipp
             *skipped = t > 0;
             return 0;
         }
-        if (!L->skip_nonfinite || !w->cur || !h5cursor_nonfinite(w->cur)) return -1;
+        if (!L->skip_nonfinite || !w->cur || !L->ops->nonfinite(w->cur)) return -1;
         if (t == 0) {
             pthread_mutex_lock(&L->mu);
             if (pos < s->skip_pos) s->skip_pos = pos, snprintf(s->skip_msg, sizeof s->skip_msg, "%s", msg);
@@ -447,20 +444,13 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->world = p->world > 0 ? p->world : 1;
     GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
     L->perm_epoch = -1;
-    gl_dataset d;
-    if (r->data.source == DATA_SOURCE_HDF5) {
-        if (h5src_open(&L->src, r, p->split, err)) {
-            free(L);
-            return GL_EXIT_USAGE;
-        }
-        h5src_describe(L->src, &d);
-        h5src_full(L->src, &L->xfull, &L->tfull);
-        L->aug.crop = h5src_crop(L->src);
-    } else {
-        data_describe(r, &d);
-        d.n = L->train ? r->data.synthetic.train_size : r->data.synthetic.val_size;
-        L->xfull = d.shape, L->tfull = d.tshape;
+    L->ops = source_ops(r->data.source);
+    if (L->ops->open(&L->src, r, p->split, err)) {
+        free(L);
+        return GL_EXIT_USAGE;
     }
+    gl_dataset d;
+    L->ops->describe(L->src, &d, &L->xfull, &L->tfull, &L->aug.crop);
     L->shape = d;
     L->nd = L->xfull.ndim - 1;
     for (int k = 0; k < L->nd; k++) L->full[k] = L->xfull.d[1 + k];
@@ -476,7 +466,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->aug.rotate = r->data.augment.rotate;
     L->aug.pad = r->data.augment.pad_crop;
     L->noise = (float)r->data.augment.noise;
-    L->skip_nonfinite = r->data.source == DATA_SOURCE_HDF5 && r->data.nonfinite == DATA_NONFINITE_SKIP;
+    L->skip_nonfinite = L->ops->nonfinite && r->data.nonfinite == DATA_NONFINITE_SKIP;
     L->serve_only = p->serve_only;
     atomic_init(&L->skipped, 0);
     if (L->train && L->aug.rotate && L->nd >= 2) {
@@ -486,7 +476,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
                 shape_format(&d.shape, sh, sizeof sh);
                 fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
                              "data.crop to a size that fits, or turn rotate off\n", sh);
-                h5src_free(L->src);
+                L->ops->free(L->src);
                 free(L);
                 return GL_EXIT_USAGE;
             }
@@ -501,10 +491,10 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->drop_last = r->data.loader.drop_last && L->train;
     L->bpe = loader_batches(d.n, L->batch, L->drop_last);
 
-    arena_init(&L->arena, arena_bytes(r, p, &pl));
+    arena_init(&L->arena, arena_bytes(r, L->ops, L->src, &pl));
     L->perm = arena_alloc(&L->arena, (size_t)d.n * sizeof(int64_t));
-    if (r->data.source == DATA_SOURCE_SYNTHETIC) {
-        data_synth_make(r, p->split, &L->mem, &L->arena);
+    if (L->ops->load) {
+        L->ops->load(L->src, r, &L->arena);
     } else if (r->data.loader.cache == DATA_CACHE_MEMORY) {
         L->cache_x = arena_floats(&L->arena, d.n * L->xfull_n);
         if (d.target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d.n * L->tfull_n);
@@ -520,7 +510,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
         s->order = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
     }
-    if (L->src && r->data.loader.stage && stage_files(L, r, p, err)) {
+    if (L->ops->files && r->data.loader.stage && stage_files(L, r, p, err)) {
         loader_free(L);
         return GL_EXIT_USAGE;
     }
@@ -532,7 +522,7 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     int64_t big = L->xfull_n > L->tfull_n ? L->xfull_n : L->tfull_n;
     for (int t = 0; t < L->nthreads; t++) {
         worker *w = &L->w[t];
-        w->cur = L->src ? h5cursor_new(L->src) : NULL;
+        w->cur = L->ops->cursor_new ? L->ops->cursor_new(L->src) : NULL;
         w->fx = gl_xcalloc((size_t)L->xfull_n, sizeof(float));  // zero: what serve_only copies
         w->ft = gl_xmalloc((size_t)L->tfull_n * sizeof(float));
         w->ax = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
@@ -633,7 +623,7 @@ void loader_free(gl_loader *L) {
         for (int t = 0; t < L->nthreads; t++) pthread_join(L->th[t], NULL);
         for (int t = 0; t < L->nthreads; t++) {
             worker *w = &L->w[t];
-            h5cursor_free(w->cur);
+            if (w->cur) L->ops->cursor_free(w->cur);
             free(w->fx), free(w->ft), free(w->ax), free(w->bx), free(w->at), free(w->bt);
         }
         pthread_mutex_destroy(&L->mu);
@@ -643,7 +633,7 @@ void loader_free(gl_loader *L) {
     free(L->w);
     free(L->slots);
     unstage(L);
-    h5src_free(L->src);
+    L->ops->free(L->src);
     arena_free(&L->arena);
     free(L);
 }

@@ -82,7 +82,7 @@ static float feature(int role, const signals *f) {
     }
 }
 
-void synth_climate2d(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_climate2d(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t c_n = d->shape.d[0], s = d->shape.d[1], area = s * s;
     const float noise = (float)r->data.synthetic.noise, sf = (float)s;
@@ -193,3 +193,22 @@ void synth_climate2d(const recipe_t *r, int split, gl_dataset *d) {
             }
     }
 }
+
+// [channels (16), S, S] -> a class per pixel: background, cyclone, river (DeepCAM's classes).
+static void describe(const recipe_t *r, gl_dataset *d) {
+    const int64_t s = r->data.synthetic.size;
+    d->shape = (gl_shape){3, {synth_channels_or(r, 16), s, s}};
+    d->target = TARGET_MASK;
+    d->tshape = (gl_shape){2, {s, s}};
+    d->classes = 3;
+}
+
+const synth_kind synth_kind_climate2d = {
+    .describe = describe,
+    .generate = synth_climate2d,
+    .keys = SYNTH_KEY_SIZE | SYNTH_KEY_CHANNELS,
+    .h5_x = "climate/data",
+    .h5_y = "climate/labels_0",
+    .h5_store = SYNTH_STORE_CHANNELS_LAST,
+    .h5_about = "DeepCAM layout: climate/data (H, W, C), climate/labels_0 (H, W)",
+};

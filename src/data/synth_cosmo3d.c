@@ -43,7 +43,7 @@ static int two_scale_kernel(float h[2 * MAX_RADIUS + 1], double sigma_s, double 
     return rad;
 }
 
-void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t c_n = d->shape.d[0], s = d->shape.d[1], vol = s * s * s;
     const float noise = (float)r->data.synthetic.noise;
@@ -87,3 +87,21 @@ void synth_cosmo3d(const recipe_t *r, int split, gl_dataset *d) {
         }
     }
 }
+
+// [channels (4), S, S, S] -> the 4 parameters behind each field, each in [-1, 1].
+static void describe(const recipe_t *r, gl_dataset *d) {
+    const int64_t s = r->data.synthetic.size;
+    d->shape = (gl_shape){4, {synth_channels_or(r, 4), s, s, s}};
+    d->target = TARGET_VALUES;
+    d->tshape = shape_1d(4);
+}
+
+const synth_kind synth_kind_cosmo3d = {
+    .describe = describe,
+    .generate = synth_cosmo3d,
+    .keys = SYNTH_KEY_SIZE | SYNTH_KEY_CHANNELS,
+    .h5_x = "x",
+    .h5_y = "y",
+    .h5_store = SYNTH_STORE_LOG_COUNTS,
+    .h5_about = "x: int16 particle counts round(expm1(v)); read with log1p (data.transform: log1p)",
+};

@@ -95,7 +95,7 @@ static void divergence(const float *vx, const float *vy, const float *vz, float 
             }
 }
 
-void synth_nbody3d(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_nbody3d(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t s = d->shape.d[1], vol = s * s * s;
     const float noise = (float)r->data.synthetic.noise;
@@ -143,3 +143,19 @@ void synth_nbody3d(const recipe_t *r, int split, gl_dataset *d) {
                 x[c][v] += noise * synth_gauss4(rng_u64(key, RNG_DATA, STREAM_NOISE, (uint64_t)(c * vol + v)));
     }
 }
+
+// [4, S, S, S] -> [5, S, S, S] (channels are the task's own).
+static void describe(const recipe_t *r, gl_dataset *d) {
+    const int64_t s = r->data.synthetic.size;
+    d->shape = (gl_shape){4, {4, s, s, s}};
+    d->target = TARGET_VALUES;
+    d->tshape = (gl_shape){4, {5, s, s, s}};
+}
+
+const synth_kind synth_kind_nbody3d = {
+    .describe = describe,
+    .generate = synth_nbody3d,
+    .keys = SYNTH_KEY_SIZE,
+    .h5_x = "x",
+    .h5_y = "y",
+};

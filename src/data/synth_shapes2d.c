@@ -44,7 +44,7 @@ static float shape_distance(int k, float u, float v) {
     }
 }
 
-void synth_shapes2d(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_shapes2d(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t c_n = d->shape.d[0], s = d->shape.d[1], k_n = d->classes;
     const float noise = (float)r->data.synthetic.noise;
@@ -84,3 +84,20 @@ void synth_shapes2d(const recipe_t *r, int split, gl_dataset *d) {
         }
     }
 }
+
+// [channels (3), S, S] -> one class label.
+static void describe(const recipe_t *r, gl_dataset *d) {
+    const int64_t s = r->data.synthetic.size;
+    d->shape = (gl_shape){3, {synth_channels_or(r, 3), s, s}};
+    d->target = TARGET_CLASS;
+    d->classes = r->data.synthetic.classes;
+}
+
+const synth_kind synth_kind_shapes2d = {
+    .describe = describe,
+    .generate = synth_shapes2d,
+    .keys = SYNTH_KEY_CLASSES | SYNTH_KEY_SIZE | SYNTH_KEY_CHANNELS,
+    .max_classes = 6,  // the shapes it draws
+    .h5_x = "x",
+    .h5_y = "y",
+};

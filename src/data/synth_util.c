@@ -4,6 +4,10 @@
 
 enum { LINE_FLOATS = 8192, BLOCK = 16 };
 
+int64_t synth_channels_or(const recipe_t *r, int64_t own) {
+    return r->data.synthetic.channels > 0 ? r->data.synthetic.channels : own;
+}
+
 // Approximately standard normal from one 64-bit draw: four 16-bit uniforms (Irwin-Hall),
 // centred and scaled to unit variance.
 float synth_gauss4(uint64_t u) {

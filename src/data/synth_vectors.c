@@ -5,7 +5,7 @@
 #include "galley/rng.h"
 
 // x is (n, f): arm c of k; radius grows with t while the angle turns once, so arms interleave.
-void synth_spirals(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_spirals(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t f = d->size, k = d->classes;
     const double noise = r->data.synthetic.noise;
@@ -25,7 +25,7 @@ void synth_spirals(const recipe_t *r, int split, gl_dataset *d) {
 }
 
 // x is (n, f): blob c is a fixed random centre (the same in both splits) plus Gaussian noise.
-void synth_blobs(const recipe_t *r, int split, gl_dataset *d) {
+static void synth_blobs(const recipe_t *r, int split, gl_dataset *d) {
     const uint64_t seed = (uint64_t)r->seed;
     const int64_t f = d->size, k = d->classes;
     const double noise = r->data.synthetic.noise;
@@ -40,3 +40,26 @@ void synth_blobs(const recipe_t *r, int split, gl_dataset *d) {
         }
     }
 }
+
+// [features] -> one class label.
+static void describe_vectors(const recipe_t *r, gl_dataset *d) {
+    d->shape = shape_1d(r->data.synthetic.features);
+    d->target = TARGET_CLASS;
+    d->classes = r->data.synthetic.classes;
+}
+
+const synth_kind synth_kind_spirals = {
+    .describe = describe_vectors,
+    .generate = synth_spirals,
+    .keys = SYNTH_KEY_CLASSES | SYNTH_KEY_FEATURES,
+    .h5_x = "x",
+    .h5_y = "y",
+};
+
+const synth_kind synth_kind_blobs = {
+    .describe = describe_vectors,
+    .generate = synth_blobs,
+    .keys = SYNTH_KEY_CLASSES | SYNTH_KEY_FEATURES,
+    .h5_x = "x",
+    .h5_y = "y",
+};

@@ -3,17 +3,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "galley/data.h"
 #include "galley/optim.h"  // optim_names, optim_rule
 #include "galley/recipe.h"
+#include "galley/synth.h"
 
 #define OFF(field) offsetof(recipe_t, field)
 #define R(b) ((const recipe_t *)(b))
 
 static int kind_of(const void *b) { return R(b)->data.synthetic.kind; }
-static bool has_classes(const void *b) { return kind_of(b) <= SYNTH_SHAPES2D; }
-static bool is_vector_kind(const void *b) { return kind_of(b) == SYNTH_SPIRALS || kind_of(b) == SYNTH_BLOBS; }
-static bool is_field_kind(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D; }
-static bool has_channels(const void *b) { return kind_of(b) >= SYNTH_SHAPES2D && kind_of(b) <= SYNTH_CLIMATE2D; }
+static bool has_classes(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_CLASSES); }
+static bool is_vector_kind(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_FEATURES); }
+static bool is_field_kind(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_SIZE); }
+static bool has_channels(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_CHANNELS); }
 static bool is_xent(const void *b) { return R(b)->train.loss == LOSS_SOFTMAX_XENT; }
 static bool is_sgd(const void *b) { return R(b)->optimizer.type == OPT_SGD; }
 static bool is_adam_like(const void *b) { return optim_rule(R(b)->optimizer.type)->adam; }
@@ -27,7 +29,6 @@ static bool has_target(const void *b) { return R(b)->train.target.metric != METR
 static bool is_deterministic(const void *b) { return R(b)->distributed.deterministic; }
 #define NO_RANGE 0, 0
 
-static const char *const source_choices[] = {"synthetic", "hdf5", NULL};
 static const char *const samples_choices[] = {"stacked", "per_file", NULL};
 static const char *const layout_choices[] = {"channels_first", "channels_last", NULL};
 static const char *const target_kind_choices[] = {"class", "mask", "values", NULL};
@@ -35,7 +36,6 @@ static const char *const transform_choices[] = {"none", "log1p", NULL};
 static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
 static const char *const cache_choices[] = {"none", "memory", NULL};
 static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
-static const char *const synth_choices[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
@@ -46,7 +46,7 @@ static const char *const scaling_choices[] = {"none", "linear", "sqrt", NULL};
 static const char *const metric_choices[] = {"none", "accuracy", "top_k", "loss", "mae", "mean_iou", NULL};
 
 static const key_spec synthetic_keys[] = {
-    {"kind", KT_ENUM, KF_DEFAULT, "spirals", NO_RANGE, synth_choices, OFF(data.synthetic.kind), NULL,
+    {"kind", KT_ENUM, KF_DEFAULT, "spirals", NO_RANGE, synth_kind_choices, OFF(data.synthetic.kind), NULL,
      "spirals: interleaved 2D spiral arms, one per class (extra features are noise); "
      "blobs: one Gaussian cluster per class; shapes2d: images of geometric shapes, one class per shape; "
      "cosmo3d: 3D Gaussian random fields whose power spectrum depends on 4 parameters to regress "
@@ -125,7 +125,7 @@ static const key_spec augment_keys[] = {
 };
 
 static const key_spec data_keys[] = {
-    {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, source_choices, OFF(data.source), NULL,
+    {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, data_source_choices, OFF(data.source), NULL,
      "where samples come from: synthetic (built in, generated in memory from the seed) or hdf5 (files; "
      "`galley data synth` writes the synthetic kinds as HDF5)"},
     {"synthetic", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, synthetic_keys,

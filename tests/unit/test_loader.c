@@ -10,7 +10,9 @@
 
 #include "galley/check.h"
 #include "galley/h5data.h"
+#include "data/source.h"
 #include "galley/loader.h"
+#include "galley/schema.h"
 
 static char dir[64];
 
@@ -354,8 +356,45 @@ static void test_bad_sample_mid_run_is_an_error(void **st) {
     recipe_free(&r);
 }
 
+// ---- the data-source registry (src/data/source_registry.c) -----------------------------------
+
+// Every source's name and id round-trip, the first ids are recipe.h's DATA_SOURCE_*, the
+// schema's data.source choices are the registry's, and each source is complete: held in memory
+// (memory_bytes, load, sample) or read (cursor_new, cursor_free, read), with its files hooks all
+// or none.
+static void test_source_registry(void **state) {
+    (void)state;
+    assert_true(data_source_count() >= 2);
+    assert_string_equal(data_source_name(DATA_SOURCE_SYNTHETIC), "synthetic");
+    assert_string_equal(data_source_name(DATA_SOURCE_HDF5), "hdf5");
+    assert_string_equal(data_source_name(-1), "?");
+    assert_string_equal(data_source_name(data_source_count()), "?");
+    assert_null(data_source_choices[data_source_count()]);
+    const key_spec *source = NULL;
+    for (const key_spec *k = recipe_schema; k->name; k++)
+        if (!strcmp(k->name, "data"))
+            for (const key_spec *c = k->children; c->name; c++)
+                if (!strcmp(c->name, "source")) source = c;
+    assert_non_null(source);
+    assert_ptr_equal(source->choices, data_source_choices);
+    for (int id = 0; id < data_source_count(); id++) {
+        const gl_source_ops *o = source_ops(id);
+        assert_non_null(o->open);
+        assert_non_null(o->free);
+        assert_non_null(o->describe);
+        bool memory = o->memory_bytes && o->load && o->sample;
+        bool reads = o->cursor_new && o->cursor_free && o->read;
+        if (memory == reads) fail_msg("data source %s must be held in memory or read, not %s", data_source_name(id),
+                                      memory ? "both" : "neither");
+        bool files = o->files && o->file && o->file_of && o->set_path;
+        if (!files && (o->files || o->file || o->file_of || o->set_path))
+            fail_msg("data source %s has only some of the files hooks", data_source_name(id));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_source_registry),
         cmocka_unit_test(test_shards_cover_global_batches_for_any_world),
         cmocka_unit_test(test_threads_and_ranks_do_not_change_batches),
         cmocka_unit_test(test_validation_in_order_and_drop_last),

@@ -3,11 +3,15 @@
 // signals a model can learn (a cheap statistic per kind).
 #include "testlib.h"
 
+#include <ctype.h>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "galley/data.h"
+#include "galley/schema.h"
+#include "galley/synth.h"
 
 // What each kind must produce, for the recipe sizes used here.
 typedef struct {
@@ -397,6 +401,99 @@ static void test_nbody3d_targets_follow_inputs(void **state)
     synth_free(&s);
 }
 
+// ---- the registry (src/data/synth_registry.c) ------------------------------------------------
+
+// Every kind's name and id round-trip, and the first ids are recipe.h's SYNTH_*.
+static void test_registry_names_round_trip(void **state)
+{
+    (void)state;
+    assert_true(synth_kind_count() >= 6);
+    for (int i = 0; i < synth_kind_count(); i++) {
+        assert_non_null(synth_kind_choices[i]);
+        assert_int_equal(synth_kind_find(synth_kind_name(i)), i);
+    }
+    assert_null(synth_kind_choices[synth_kind_count()]);
+    assert_int_equal(synth_kind_find("nosuch"), -1);
+    assert_string_equal(synth_kind_name(-1), "?");
+    assert_string_equal(synth_kind_name(synth_kind_count()), "?");
+    assert_int_equal(synth_kind_find("spirals"), SYNTH_SPIRALS);
+    assert_int_equal(synth_kind_find("blobs"), SYNTH_BLOBS);
+    assert_int_equal(synth_kind_find("shapes2d"), SYNTH_SHAPES2D);
+    assert_int_equal(synth_kind_find("cosmo3d"), SYNTH_COSMO3D);
+    assert_int_equal(synth_kind_find("climate2d"), SYNTH_CLIMATE2D);
+    assert_int_equal(synth_kind_find("nbody3d"), SYNTH_NBODY3D);
+    char list[512];
+    synth_kind_list(list, sizeof list, ", ");
+    assert_string_equal(list, "spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d");
+}
+
+static const key_spec *child(const key_spec *keys, const char *name)
+{
+    for (int i = 0; keys[i].name; i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    fail_msg("no key %s", name);
+    return NULL;
+}
+
+// Whether word appears in text as a whole word.
+static bool has_word(const char *text, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = strstr(text, word); p; p = strstr(p + 1, word)) {
+        bool start = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool end = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (start && end) return true;
+    }
+    return false;
+}
+
+// The schema's data.synthetic.kind choices are the registry's, its reference names every kind,
+// and each key that only some kinds read applies, and says it applies, to exactly those kinds.
+static void test_registry_is_the_schema(void **state)
+{
+    (void)state;
+    const key_spec *keys = child(child(recipe_schema, "data")->children, "synthetic")->children;
+    const key_spec *kind = child(keys, "kind");
+    assert_ptr_equal(kind->choices, synth_kind_choices);
+    recipe_t r;
+    for (int id = 0; id < synth_kind_count(); id++) {
+        char named[64];
+        snprintf(named, sizeof named, "%s:", synth_kind_name(id));
+        if (!strstr(kind->doc, named)) fail_msg("data.synthetic.kind's reference does not describe %s", named);
+        memset(&r, 0, sizeof r);
+        r.data.synthetic.kind = id;
+        for (int k = 0; keys[k].name; k++) {
+            if (!keys[k].applies) continue;
+            bool applies = keys[k].applies(&r), said = has_word(keys[k].when, synth_kind_name(id));
+            if (applies != said)
+                fail_msg("data.synthetic.%s %s to %s, but its `when` says \"%s\"", keys[k].name,
+                         applies ? "applies" : "does not apply", synth_kind_name(id), keys[k].when);
+        }
+    }
+}
+
+// Every kind describes a sample of the shapes it says, at the schema's default sizes.
+static void test_registry_every_kind_describes(void **state)
+{
+    (void)state;
+    for (int id = 0; id < synth_kind_count(); id++) {
+        char yaml[256];
+        snprintf(yaml, sizeof yaml,
+                 "data:\n  synthetic: {kind: %s%s}\nmodel:\n  layers:\n    - {type: relu}\n"
+                 "optimizer: {lr: 0.1}\n",
+                 synth_kind_name(id), synth_kind_reads(id, SYNTH_KEY_SIZE) ? ", size: 8" : "");
+        recipe_t r;
+        tl_recipe(&r, yaml, 0, NULL);
+        gl_dataset d;
+        data_describe(&r, &d);
+        assert_true(d.size > 0 && d.tsize > 0);
+        assert_int_equal(d.size, shape_size(&d.shape));
+        if (d.target != TARGET_VALUES) assert_true(d.classes >= 2);
+        if (synth_kind_max_classes(id) > 0) assert_true(d.classes <= synth_kind_max_classes(id));
+        recipe_free(&r);
+    }
+}
+
 // The generic tests once per kind, named "<kind>: <test>".
 #define KIND_TEST(fn, k, name) {name ": " #fn, fn, NULL, NULL, &kinds[k]}
 #define KIND_TESTS(k, name)                                                                             \
@@ -417,6 +514,9 @@ int main(void)
         cmocka_unit_test(test_cosmo3d_parameters_learnable),
         cmocka_unit_test(test_climate2d_mask_classes_and_signals),
         cmocka_unit_test(test_nbody3d_targets_follow_inputs),
+        cmocka_unit_test(test_registry_names_round_trip),
+        cmocka_unit_test(test_registry_is_the_schema),
+        cmocka_unit_test(test_registry_every_kind_describes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
