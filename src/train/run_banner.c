@@ -3,6 +3,7 @@
 // checkpoint continued or evaluated, and fp16 loss scaling.
 #include "galley/check.h"
 #include "galley/data.h"
+#include "galley/synth.h"
 #include "train/run.h"
 
 static const char *task_words(const gl_dataset *d) {
@@ -14,11 +15,6 @@ static int main_metric(const recipe_t *r, const gl_dataset *d) {
     int t = r->train.target.metric;
     if (t != METRIC_NONE && t != METRIC_LOSS) return t;
     return d->target == TARGET_VALUES ? METRIC_MAE : METRIC_ACCURACY;
-}
-
-static const char *synth_words(int kind) {
-    static const char *const names[] = {"spirals", "blobs", "shapes2d", "cosmo3d", "climate2d", "nbody3d"};
-    return kind >= 0 && kind <= SYNTH_NBODY3D ? names[kind] : "?";
 }
 
 // The lines after the banner: ranks, deterministic parts, the checkpoint, fp16.
@@ -70,7 +66,7 @@ void run_banner(gl_run *u) {
     if (r->data.source == DATA_SOURCE_HDF5)
         snprintf(info.data, sizeof info.data, "hdf5 %s, %s, input %s", r->data.train.files, task_words(train), shp);
     else
-        snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_words(r->data.synthetic.kind),
+        snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_kind_name(r->data.synthetic.kind),
                  task_words(train), shp);
     lr_describe(&u->lr, info.lr_rule, sizeof info.lr_rule);
     if (u->res->target_reached == 0) run_target_words(r, info.target, sizeof info.target);

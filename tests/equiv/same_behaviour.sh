@@ -34,7 +34,7 @@ mask() {
     sed -E -e 's/[0-9]{8}-[0-9]{6}(-[0-9]+)?/STAMP/g' \
         -e 's/[0-9]+(\.[0-9]+)?( ?)(s|ms|us|samples\/s|MiB|GiB|KiB|B\/s|GB\/s)\b/#\2\3/g' \
         -e 's/[0-9]+(\.[0-9]+)?( ?)%/#\2%/g' \
-        -e 's/~[0-9]+ (ms|us)/~# \1/g' -e 's/[0-9]+ changes/# changes/' \
+        -e 's/~[0-9]+ (ms|us)/~# \1/g' -e 's/[0-9]+ changes?$/# changes/' \
         -e 's/[0-9]+ of [0-9]+ batches were ready/# of # batches were ready/' \
         -e 's/ETA [0-9hm]*#s/ETA #/' "$1" | tr -s ' '
 }
@@ -49,6 +49,21 @@ same_text() {
         bad "$what"
         diff "$WORK/old.txt" "$WORK/new.txt" | head -20
     fi
+}
+
+# newest DIR: the checkpoint of the highest step in DIR (names sort by step), or nothing.
+newest() {
+    find "$1" -maxdepth 1 -name '*.h5' 2>/dev/null | sort | tail -n 1
+}
+
+# h5same A B: every dataset and attribute equal, except galley_version (it names the commit
+# each binary was built from).
+h5same() {
+    local d
+    d=$( (h5diff -r "$1" "$2" 2>&1 || true) |
+        awk '/^(attribute|dataset): /{o=$0} /differences found/ && $1 > 0 {print o}' |
+        grep -Ev '^attribute: <galley_version of </>>' || true)
+    [[ -f $1 && -f $2 && -z $d ]]
 }
 
 # same_ckpt WHAT A B: tensors and their attributes by h5diff; run attributes by ckpt inspect.
@@ -87,8 +102,8 @@ same_run() {
         diff "$WORK/old/out.masked" "$WORK/new/out.masked" | head -20
     fi
     local ca cb
-    ca=$(ls -t "$WORK"/old/ck/*.h5 2>/dev/null | head -n 1)
-    cb=$(ls -t "$WORK"/new/ck/*.h5 2>/dev/null | head -n 1)
+    ca=$(newest "$WORK/old/ck")
+    cb=$(newest "$WORK/new/ck")
     [[ -n $ca || -n $cb ]] && same_ckpt "$what: checkpoint" "$ca" "$cb"
     rm -rf "$WORK/old/ck" "$WORK/new/ck" "$WORK/old/runs" "$WORK/new/runs"
 }
@@ -99,7 +114,13 @@ for f in "$SRC"/recipes/*.yaml; do
 done
 same_text "help" help
 same_text "help recipe" help recipe
-same_text "check of a bad recipe" check "$SRC/tests/recipes/bad/$(ls "$SRC/tests/recipes/bad" | head -n 1)"
+same_text "help data" help data
+same_text "data synth --help" data synth --help
+same_text "data synth of an unknown kind" data synth nosuchkind x.h5
+bads=("$SRC"/tests/recipes/bad/*.yaml)
+for f in "${bads[@]:0:12}"; do
+    same_text "check of bad/$(basename "$f")" check "$f"
+done
 
 echo "== 2. reduced runs"
 R=$SRC/recipes
@@ -132,8 +153,7 @@ for d in old new; do
     done
 done
 for k in spirals shapes2d cosmo3d climate2d nbody3d blobs; do
-    if h5diff "$WORK/old/$k.h5" "$WORK/new/$k.h5" >/dev/null 2>&1 &&
-        h5diff "$WORK/old/$k-val.h5" "$WORK/new/$k-val.h5" >/dev/null 2>&1; then
+    if h5same "$WORK/old/$k.h5" "$WORK/new/$k.h5" && h5same "$WORK/old/$k-val.h5" "$WORK/new/$k-val.h5"; then
         ok "data synth $k"
     else
         bad "data synth $k"
@@ -141,6 +161,29 @@ for k in spirals shapes2d cosmo3d climate2d nbody3d blobs; do
 done
 same_run "quickstart on HDF5" train "$R/quickstart.yaml" data.source=hdf5 data.synthetic=null data.train.files=spirals.h5 \
     data.val.files=spirals-val.h5 data.classes=4 "model.layers[6].units=4" train.epochs=2 "${C[@]}"
+for d in old new; do
+    bin=$OLD
+    [[ $d == new ]] && bin=$NEW
+    (cd "$WORK/$d" && "$bin" data synth cosmo3d c-train.h5 n=16 size=32 seed=7 noise=0 >/dev/null 2>&1
+     "$bin" data synth cosmo3d c-val.h5 n=8 size=32 seed=7 noise=0 split=val >/dev/null 2>&1
+     "$bin" data synth climate2d pf-train n=16 size=32 seed=7 per_file=true >/dev/null 2>&1
+     "$bin" data synth climate2d pf-val n=8 size=32 seed=7 per_file=true split=val >/dev/null 2>&1)
+done
+pf_same=1
+for f in "$WORK"/old/pf-val/*.h5; do
+    h5same "$f" "$WORK/new/pf-val/$(basename "$f")" || pf_same=0
+done
+if [[ $pf_same == 1 ]]; then ok "data synth climate2d per_file"; else bad "data synth climate2d per_file"; fi
+same_run "cosmoflow on HDF5 (log1p, cache memory)" train "$R/cosmoflow.yaml" train.batch_size=4 train.steps=8 \
+    train.eval_every=4 seed=7 optimizer.schedule.warmup=0 data.source=hdf5 data.synthetic=null \
+    "data.train={files: c-train.h5}" "data.val={files: c-val.h5}" data.target=values data.transform=log1p \
+    data.loader.cache=memory "${C[@]}"
+same_run "deepcam-unet on per-file HDF5 (channels-last, staged, flips)" train "$R/deepcam-unet.yaml" \
+    train.batch_size=4 train.steps=8 train.eval_every=4 optimizer.schedule.warmup=0 data.source=hdf5 \
+    data.synthetic=null "data.train={files: 'pf-train/*.h5', x: climate/data, y: climate/labels_0}" \
+    "data.val={files: 'pf-val/*.h5', x: climate/data, y: climate/labels_0}" data.samples=per_file \
+    data.target=mask data.classes=3 data.layout=channels_last data.loader.stage=stage data.augment.flip=true \
+    "${C[@]}"
 same_run "mlp, 10 of 20 steps" train "$R/mlp.yaml" train.steps=20 train.time_limit=0 "${C[@]}" \
     checkpoint.every_steps=10 checkpoint.keep=5
 same_run "mlp diverging (lr 1e6, nonfinite skip)" train "$R/mlp.yaml" train.steps=6 optimizer.lr=1e6 \
@@ -154,8 +197,7 @@ for d in old new; do
     (cd "$WORK/$d" && "$bin" train "$R/mlp.yaml" train.steps=10 checkpoint.dir=ckr >/dev/null 2>&1)
 done
 same_run "mlp resumed 10 -> 20" train "$R/mlp.yaml" train.steps=20 checkpoint.dir=ckr --resume auto
-same_ckpt "mlp resumed 10 -> 20: checkpoint" "$(ls -t "$WORK"/old/ckr/*.h5 | head -n 1)" \
-    "$(ls -t "$WORK"/new/ckr/*.h5 | head -n 1)"
+same_ckpt "mlp resumed 10 -> 20: checkpoint" "$(newest "$WORK/old/ckr")" "$(newest "$WORK/new/ckr")"
 same_run "eval of the resumed checkpoint" eval "$R/mlp.yaml" --checkpoint auto checkpoint.dir=ckr
 
 echo
