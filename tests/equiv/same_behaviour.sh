@@ -164,6 +164,7 @@ same_run "quickstart on HDF5" train "$R/quickstart.yaml" data.source=hdf5 data.s
 for d in old new; do
     bin=$OLD
     [[ $d == new ]] && bin=$NEW
+    mkdir -p "$WORK/$d/stage"
     (cd "$WORK/$d" && "$bin" data synth cosmo3d c-train.h5 n=16 size=32 seed=7 noise=0 >/dev/null 2>&1
      "$bin" data synth cosmo3d c-val.h5 n=8 size=32 seed=7 noise=0 split=val >/dev/null 2>&1
      "$bin" data synth climate2d pf-train n=16 size=32 seed=7 per_file=true >/dev/null 2>&1
