@@ -68,10 +68,12 @@ int ckpt_inspect(const char *path, bool recipe, FILE *out, FILE *err);
 
 // ---- files in checkpoint.dir ------------------------------------------------------------------
 
-// dir/<name>-step<00000123>.h5
+// dir/<name>-step<00000123>.h5, name made safe as the run directory's (rundir_safe_name): a
+// name cannot lead a checkpoint out of dir.
 void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step);
 // The checkpoints of run `name` in dir, newest (highest step) first: *paths is an array of n
-// malloc'ed strings (free with ckpt_list_free). Returns n (0 when dir does not exist).
+// malloc'ed strings (free with ckpt_list_free). Returns n (0 when dir does not exist). Files
+// named with the name as it is (before names were made safe) count too.
 int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps);
 void ckpt_list_free(char **paths, int64_t *steps, int n);
 // Deletes all but the newest keep checkpoints of `name` (and stale temporary files of this

@@ -10,9 +10,12 @@
 
 #include "galley/check.h"
 #include "galley/ckpt.h"
+#include "galley/runlog.h"
 
 void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step) {
-    snprintf(buf, len, "%s/%s-step%08lld.h5", dir, name, (long long)step);
+    char safe[256];
+    rundir_safe_name(safe, sizeof safe, name);
+    snprintf(buf, len, "%s/%s-step%08lld.h5", dir, safe, (long long)step);
 }
 
 // The step of a file named <name>-step<digits>.h5, or -1.
@@ -43,8 +46,13 @@ int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps)
     int n = 0, cap = 0;
     entry *e = NULL;
     struct dirent *de;
+    char safe[256];
+    rundir_safe_name(safe, sizeof safe, name);
+    // Checkpoints written before names were made safe carry the name as it was (one without a '/').
+    bool old = name && strcmp(name, safe) != 0 && !strchr(name, '/');
     while ((de = readdir(d))) {
-        int64_t s = step_of(de->d_name, name);
+        int64_t s = step_of(de->d_name, safe);
+        if (s < 0 && old) s = step_of(de->d_name, name);
         if (s < 0) continue;
         if (n == cap) e = gl_xrealloc(e, sizeof *e * (size_t)(cap = cap ? 2 * cap : 8));
         size_t len = strlen(dir) + strlen(de->d_name) + 2;

@@ -176,8 +176,10 @@ int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        why_failed(dir, why, sizeof why);
-        snprintf(err, errlen, "cannot create %s: %s (%s)", tmp, why, strerror(errno));
+        int e = errno;  // the reason once: why_failed's words only where they say more than errno
+        if (e == ENOSPC || e == EDQUOT) why_failed(dir, why, sizeof why);
+        else snprintf(why, sizeof why, "%s", strerror(e));
+        snprintf(err, errlen, "cannot create %s: %s", tmp, why);
         free(image);
         return -1;
     }
