@@ -2,7 +2,10 @@
 # test_ckpt_names.sh: checkpoint file names (issue #27):
 #   - a run name cannot lead a checkpoint out of checkpoint.dir: `name: ../../etc/x` writes
 #     ck/_._.._etc_x-step*.h5 (the run directory's safe name) and --resume auto finds it;
-#   - a checkpoint that cannot be created says its reason once, and the right one.
+#   - a checkpoint that cannot be created says its reason once, and the right one;
+#   - temporary files left by killed writers are removed at start, said in one line: same host
+#     and pid gone at once; from another host or without a host (older galley) after an hour;
+#     a live writer's file stays.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -30,4 +33,18 @@ assert_contains "$ERR" ": File name too long"
 assert_not_contains "$ERR" "no space left"
 [[ $(grep -o 'File name too long' <<<"$ERR" | wc -l) == 1 ]] || fail "the reason repeats: $ERR"
 
+info "stale temporary files: removed at start, a live writer's kept"
+host=$(hostname)
+sleep 0 &
+dead=$!
+wait "$dead"
+t=q-step00000010.h5.tmp
+touch "ck/.$t.$host.$dead" "ck/.$t.$host.$$" "ck/.$t.other-node.$dead" "ck/.$t.$dead"
+touch -d '2 hours ago' "ck/.r-step00000010.h5.tmp.other-node.$dead" "ck/.r-step00000010.h5.tmp.$dead"
+assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" checkpoint.dir=ck name=q
+assert_contains "$OUT" "galley: removed 3 temporary checkpoint files left in ck/ by writers that are gone"
+left=$(cd ck && ls -A | grep tmp | sort | tr '\n' ' ')
+want=$(printf '%s\n' ".$t.$host.$$" ".$t.other-node.$dead" ".$t.$dead" | sort | tr '\n' ' ')
+[[ $left == "$want" ]] || fail "left: $left; expected: $want"
+[[ $(grep -c 'temporary checkpoint file' <<<"$OUT") == 1 ]] || fail "said more than once: $OUT"
 info "ok"
