@@ -108,7 +108,8 @@ int ckpt_prune(const char *dir, const char *name, int64_t keep) {
 // another host, or one without a host, is stale only once nobody has written it for an hour (a
 // checkpoint is written in seconds to minutes; a requeued job lands on another node).
 static bool tmp_stale(const char *dir, const char *file, const char *host) {
-    const char *t = strstr(file, ".h5.tmp.");
+    const char *t = NULL;  // the last ".h5.tmp." (a run name may hold one too)
+    for (const char *q = strstr(file, ".h5.tmp."); q; q = strstr(q + 1, ".h5.tmp.")) t = q;
     if (file[0] != '.' || !t || !strstr(file, "-step")) return false;
     t += 8;
     const char *dot = strrchr(t, '.');
