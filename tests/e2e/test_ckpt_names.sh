@@ -43,7 +43,7 @@ touch "ck/.$t.$host.$dead" "ck/.$t.$host.$$" "ck/.$t.other-node.$dead" "ck/.$t.$
 touch -d '2 hours ago' "ck/.r-step00000010.h5.tmp.other-node.$dead" "ck/.r-step00000010.h5.tmp.$dead"
 assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" checkpoint.dir=ck name=q
 assert_contains "$OUT" "galley: removed 3 temporary checkpoint files left in ck/ by writers that are gone"
-left=$(cd ck && ls -A | grep tmp | sort | tr '\n' ' ')
+left=$(cd ck && printf '%s\n' .*.tmp.* | sort | tr '\n' ' ')
 want=$(printf '%s\n' ".$t.$host.$$" ".$t.other-node.$dead" ".$t.$dead" | sort | tr '\n' ' ')
 [[ $left == "$want" ]] || fail "left: $left; expected: $want"
 [[ $(grep -c 'temporary checkpoint file' <<<"$OUT") == 1 ]] || fail "said more than once: $OUT"
