@@ -68,17 +68,27 @@ int ckpt_inspect(const char *path, bool recipe, FILE *out, FILE *err);
 
 // ---- files in checkpoint.dir ------------------------------------------------------------------
 
-// dir/<name>-step<00000123>.h5
+// dir/<name>-step<00000123>.h5, name made safe as the run directory's (rundir_safe_name): a
+// name cannot lead a checkpoint out of dir.
 void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step);
 // The checkpoints of run `name` in dir, newest (highest step) first: *paths is an array of n
-// malloc'ed strings (free with ckpt_list_free). Returns n (0 when dir does not exist).
+// malloc'ed strings (free with ckpt_list_free). Returns n (0 when dir does not exist). Files
+// named with the name as it is (before names were made safe) count too.
 int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps);
 void ckpt_list_free(char **paths, int64_t *steps, int n);
-// Deletes all but the newest keep checkpoints of `name` (and stale temporary files of this
-// name). Returns the number deleted.
+// Deletes all but the newest keep checkpoints of `name`, and stale temporary files
+// (ckpt_remove_stale, said on stdout). Returns the number of checkpoints deleted.
 int ckpt_prune(const char *dir, const char *name, int64_t keep);
-// Creates dir (and parents) and checks that a file can be created in it. 0, or -1 with the
-// reason in err.
+// Creates dir (and parents) and checks that a file can be created in it; removes stale
+// temporary files there (ckpt_remove_stale, said on stdout). 0, or -1 with the reason in err.
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);
+// The name of the temporary file a writer on this host with process id pid writes before its
+// rename to path: dir/.<file>.tmp.<host>.<pid>.
+void ckpt_tmp_path(char *buf, size_t len, const char *path, long pid);
+// Removes the temporary checkpoint files in dir (.<file>-stepN.h5.tmp.*, of any run) whose
+// writer is gone: written on this host by a process that no longer exists, or, from another
+// host or without a host in the name (older galley), not modified for an hour. Says so in one
+// line on out (NULL: silent). Returns the number removed.
+int ckpt_remove_stale(const char *dir, FILE *out);
 
 #endif

@@ -10,6 +10,9 @@ extern "C" {
 // Writes lines describing the driver, runtime and GPUs into buf; returns the number of GPUs
 // (0 when there is none or no driver, with the reason in buf).
 int cuda_probe(char *buf, size_t len);
+// Why the CUDA backend finds no GPU, in words: no NVIDIA driver, a driver older than the
+// runtime, no visible device, or the runtime's own error.
+void cuda_no_gpu_reason(char *buf, size_t len);
 #ifdef __cplusplus
 }
 #endif

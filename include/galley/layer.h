@@ -102,9 +102,14 @@ const layer_kind *layer_kind_find(const char *name);
 int layer_kind_count(void);
 const layer_kind *layer_kind_at(int i);
 
-// Init helpers shared by kinds. Keys: uniform/normal x he/xavier, zeros.
+// Init helpers shared by kinds. Keys: uniform/normal x he/xavier, zeros, pytorch (PyTorch's
+// default: kaiming_uniform with a = sqrt(5)).
 extern const char *const layer_init_choices[];
 void layer_init_param(const gl_param *p, int init_choice, float *dst, uint64_t seed, int layer_index,
                       int param_index);
+// A bias under the weight's init choice: zeros (left as they are), or for pytorch uniform in
+// +-1/sqrt(fan_in), the weight's fan_in (p->fan_in), as PyTorch's layers draw it.
+void layer_init_bias(const gl_param *p, int init_choice, float *dst, uint64_t seed, int layer_index,
+                     int param_index);
 
 #endif

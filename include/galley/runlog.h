@@ -169,6 +169,9 @@ int runlog_close(gl_runlog *lg);
 // Writes the path to out. Returns 0, or -1 with a message in err.
 int rundir_make(char *out, size_t len, const char *dir, const char *root, const char *name, char *err,
                 size_t errlen);
+// A run name as a file or directory name: [A-Za-z0-9._-] (others become _), no leading dot,
+// never empty ("run"): "../../etc/x" is "_._.._etc_x". Run directories and checkpoints use it.
+void rundir_safe_name(char *out, size_t len, const char *name);
 // "1h02m", "3m05s", "12s", "0.4s".
 void format_duration(double s, char *buf, size_t len);
 // The plain progress line, e.g.

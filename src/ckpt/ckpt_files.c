@@ -6,13 +6,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "galley/check.h"
 #include "galley/ckpt.h"
+#include "galley/runlog.h"
 
 void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step) {
-    snprintf(buf, len, "%s/%s-step%08lld.h5", dir, name, (long long)step);
+    char safe[256];
+    rundir_safe_name(safe, sizeof safe, name);
+    snprintf(buf, len, "%s/%s-step%08lld.h5", dir, safe, (long long)step);
+}
+
+// This host's name as it goes into temporary file names: [A-Za-z0-9._-], never empty.
+static void host_name(char *out, size_t len) {
+    char h[256] = "";
+    if (gethostname(h, sizeof h - 1) != 0) h[0] = 0;
+    rundir_safe_name(out, len, h[0] ? h : "host");
+}
+
+void ckpt_tmp_path(char *buf, size_t len, const char *path, long pid) {
+    char host[256];
+    host_name(host, sizeof host);
+    const char *slash = strrchr(path, '/');
+    if (slash) snprintf(buf, len, "%.*s/.%s.tmp.%s.%ld", (int)(slash - path), path, slash + 1, host, pid);
+    else snprintf(buf, len, ".%s.tmp.%s.%ld", path, host, pid);
 }
 
 // The step of a file named <name>-step<digits>.h5, or -1.
@@ -43,8 +62,13 @@ int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps)
     int n = 0, cap = 0;
     entry *e = NULL;
     struct dirent *de;
+    char safe[256];
+    rundir_safe_name(safe, sizeof safe, name);
+    // Checkpoints written before names were made safe carry the name as it was (one without a '/').
+    bool old = name && strcmp(name, safe) != 0 && !strchr(name, '/');
     while ((de = readdir(d))) {
-        int64_t s = step_of(de->d_name, name);
+        int64_t s = step_of(de->d_name, safe);
+        if (s < 0 && old) s = step_of(de->d_name, name);
         if (s < 0) continue;
         if (n == cap) e = gl_xrealloc(e, sizeof *e * (size_t)(cap = cap ? 2 * cap : 8));
         size_t len = strlen(dir) + strlen(de->d_name) + 2;
@@ -73,24 +97,53 @@ int ckpt_prune(const char *dir, const char *name, int64_t keep) {
     int n = ckpt_list(dir, name, &p, &s), gone = 0;
     for (int i = (int)keep; i < n; i++) gone += unlink(p[i]) == 0;
     ckpt_list_free(p, s, n);
-    // Temporary files left by a writer that was killed: .<name>-step*.h5.tmp.<pid>
+    ckpt_remove_stale(dir, stdout);  // the run's console: train prints to stdout
+    return gone;
+}
+
+// Whether the temporary file `file` (.<x>-stepN.h5.tmp.<host>.<pid>, or .tmp.<pid> from older
+// galley) in dir belongs to a writer that is gone. A live writer's file is not stale: another
+// run sharing the directory may be between its write and its rename (two quickstarts at once
+// lost a checkpoint to this). A pid names a process only on its own host, so a file from
+// another host, or one without a host, is stale only once nobody has written it for an hour (a
+// checkpoint is written in seconds to minutes; a requeued job lands on another node).
+static bool tmp_stale(const char *dir, const char *file, const char *host) {
+    const char *t = NULL;  // the last ".h5.tmp." (a run name may hold one too)
+    for (const char *q = strstr(file, ".h5.tmp."); q; q = strstr(q + 1, ".h5.tmp.")) t = q;
+    if (file[0] != '.' || !t || !strstr(file, "-step")) return false;
+    t += 8;
+    const char *dot = strrchr(t, '.');
+    const char *pp = dot ? dot + 1 : t;
+    char *end;
+    long pid = strtol(pp, &end, 10);
+    if (*end || end == pp || pid <= 0) return false;
+    bool here = dot && (size_t)(dot - t) == strlen(host) && strncmp(t, host, (size_t)(dot - t)) == 0;
+    if (here) return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && difftime(time(NULL), sb.st_mtime) > 3600;
+}
+
+int ckpt_remove_stale(const char *dir, FILE *out) {
     DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *de;
-        size_t nl = strlen(name);
-        while ((de = readdir(d))) {
-            if (de->d_name[0] != '.' || strncmp(de->d_name + 1, name, nl) != 0 || !strstr(de->d_name, ".h5.tmp."))
-                continue;
-            long pid = strtol(strrchr(de->d_name, '.') + 1, NULL, 10);
-            if (pid == (long)getpid()) continue;  // our own write in progress cannot be here, but be safe
-            // A live writer's file is not stale: another run sharing this directory may be between
-            // its write and its rename (two quickstarts at once lost a checkpoint to this).
-            if (pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue;
-            char path[4200];
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            unlink(path);
-        }
-        closedir(d);
+    if (!d) return 0;
+    char host[256], first[300] = "";
+    host_name(host, sizeof host);
+    int gone = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!tmp_stale(dir, de->d_name, host)) continue;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (unlink(path) != 0) continue;
+        if (!gone++) snprintf(first, sizeof first, "%s", de->d_name);
+    }
+    closedir(d);
+    if (gone && out) {
+        fprintf(out, "galley: removed %d temporary checkpoint file%s left in %s/ by writers that are gone (%s%s)\n",
+                gone, gone > 1 ? "s" : "", dir, first, gone > 1 ? ", ..." : "");
+        fflush(out);
     }
     return gone;
 }
@@ -120,5 +173,6 @@ int ckpt_prepare_dir(const char *dir, char *err, size_t errlen) {
     }
     close(fd);
     unlink(probe);
+    ckpt_remove_stale(dir, stdout);  // at start and before each write; the run's console: stdout
     return 0;
 }

@@ -141,11 +141,10 @@ static int write_full(int fd, const char *buf, size_t n) {
 int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st,
                char *err, size_t errlen) {
     h5_setup(r->data.file_locking);
-    char dcopy[4096], bcopy[4096], tmp[4200], why[160];
+    char dcopy[4096], tmp[4200], why[160];
     snprintf(dcopy, sizeof dcopy, "%s", path);
-    snprintf(bcopy, sizeof bcopy, "%s", path);
-    const char *dir = dirname(dcopy), *base = basename(bcopy);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, base, (long)getpid());
+    const char *dir = dirname(dcopy);
+    ckpt_tmp_path(tmp, sizeof tmp, path, (long)getpid());
 
     // The file is built in memory (HDF5's core driver) and written with plain write(2) and
     // fsync(2): every I/O error (a full disk, a quota) then surfaces here with its errno, and
@@ -176,8 +175,10 @@ int ckpt_write(const char *path, const recipe_t *r, const gl_graph *g, const gl_
     }
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        why_failed(dir, why, sizeof why);
-        snprintf(err, errlen, "cannot create %s: %s (%s)", tmp, why, strerror(errno));
+        int e = errno;  // the reason once: why_failed's words only where they say more than errno
+        if (e == ENOSPC || e == EDQUOT) why_failed(dir, why, sizeof why);
+        else snprintf(why, sizeof why, "%s", strerror(e));
+        snprintf(err, errlen, "cannot create %s: %s", tmp, why);
         free(image);
         return -1;
     }

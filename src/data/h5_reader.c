@@ -40,6 +40,7 @@ struct h5src {
     int yrank;
     hsize_t ydims[4];     // per-sample dims of y on disk
     int yfield;           // values with x's spatial shape and layout: cropped and augmented like x
+    int yfloat;           // class labels or a mask stored as floats: each must be a whole number
     int64_t yc;           // field target channels
     gl_shape xfull, tfull;
     double *shift, *scale;  // per channel: x' = (t(x) - shift) * scale
@@ -50,6 +51,7 @@ struct h5cursor {
     hid_t f, dx, dy;
     float *scratch;  // one full sample (x or field target), for channels-last reads
     int32_t *iscratch;
+    double *dscratch;  // one sample's labels or mask as stored floats (yfloat)
     bool nonfinite;  // the last read failed because x holds NaN or Inf
 };
 
@@ -235,6 +237,72 @@ static hid_t open_dataset(hid_t f, const char *path, const char *name, const cha
         return -1;
     }
     return d;
+}
+
+// Class labels and masks are whole numbers in [0, data.classes): an integer dataset, or floats
+// that hold whole numbers exactly (numpy users often save labels as float64); 0.5 is no class.
+// 0 for a label, 1 for a value that is not a whole number, 2 for one out of range.
+static int label_bad(double v, int64_t classes) {
+    if (!(v == floor(v))) return 1;  // NaN and Inf too
+    return v < 0 || v >= (double)classes ? 2 : 0;
+}
+
+static void label_message(char *msg, size_t len, const h5src *s, const char *path, int64_t i, int64_t j, int64_t v,
+                          double val) {
+    if (label_bad(val, s->classes) == 1)
+        snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) has label %.17g at element %lld: not a "
+                 "whole number; class labels and masks must be integers (an integer dataset, or floats that hold "
+                 "whole numbers)", path, s->yname, (long long)i, (long long)j, val, (long long)v);
+    else
+        snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) has label %.17g at element %lld; "
+                 "data.classes is %lld, so labels must be in [0, %lld)", path, s->yname, (long long)i, (long long)j,
+                 val, (long long)v, (long long)s->classes, (long long)s->classes);
+}
+
+// Float labels in file fi, checked before training: every class label of the file, or a mask's
+// first sample in the first file (the rest are checked as they are read). 0, or -1 (printed).
+static int check_float_labels(const h5src *s, int fi, FILE *err) {
+    if (s->target == DATA_TARGET_MASK && fi > 0) return 0;
+    const char *path = s->files[fi].path;
+    int64_t per = shape_size(&s->tfull), n = s->target == DATA_TARGET_MASK ? 1 : s->files[fi].n;
+    int64_t block = per >= 65536 ? 1 : 65536 / per;
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    hid_t d = f >= 0 ? H5Dopen2(f, s->yname, H5P_DEFAULT) : -1;
+    double *buf = gl_xmalloc((size_t)(block * per) * sizeof *buf);
+    int rc = 0;
+    for (int64_t j0 = 0; j0 < n && rc == 0; j0 += block) {
+        int64_t nb = n - j0 < block ? n - j0 : block;
+        herr_t r = -1;
+        if (d >= 0 && s->per_file) {
+            r = H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+        } else if (d >= 0) {
+            hsize_t st[8] = {(hsize_t)j0}, ct[8] = {(hsize_t)nb};
+            for (int k = 0; k < s->yrank; k++) st[1 + k] = 0, ct[1 + k] = s->ydims[k];
+            hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1 + s->yrank, ct, NULL);
+            H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL);
+            r = H5Dread(d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
+            H5Sclose(ms);
+            H5Sclose(fs);
+        }
+        if (r < 0) {
+            fprintf(err, "galley: error: %s: reading '%s' failed: truncated or corrupt file?\n", path, s->yname);
+            rc = -1;
+        }
+        for (int64_t q = 0; rc == 0 && q < nb * per; q++)
+            if (label_bad(buf[q], s->classes)) {
+                char m[512];
+                int64_t j = j0 + q / per;
+                label_message(m, sizeof m, s, path, s->files[fi].first + j, j, q % per, buf[q]);
+                fprintf(err, "galley: error: %s\n", m);
+                rc = -1;
+            }
+    }
+    free(buf);
+    if (d >= 0) H5Dclose(d);
+    if (f >= 0) H5Fclose(f);
+    return rc;
 }
 
 static int same_dims(int r1, const hsize_t *a, int r2, const hsize_t *b) {
@@ -446,6 +514,13 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
         hsize_t xd[8], yd[8];
         hid_t dx = open_dataset(f, path, s->xname, "the inputs, x", &xr, xd, err);
         hid_t dy = dx < 0 ? -1 : open_dataset(f, path, s->yname, "the targets, y", &yr, yd, err);
+        int yf = 0;  // class labels or a mask stored as floats: checked below
+        if (dy >= 0 && s->target != DATA_TARGET_VALUES) {
+            hid_t t = H5Dget_type(dy);
+            yf = H5Tget_class(t) == H5T_FLOAT;
+            H5Tclose(t);
+            s->yfloat |= yf;
+        }
         if (dx >= 0) H5Dclose(dx);
         if (dy >= 0) H5Dclose(dy);
         H5Fclose(f);
@@ -487,6 +562,7 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
         s->files[i].n = n;
         s->files[i].first = s->n;
         s->n += n;
+        if (yf && check_float_labels(s, i, err)) goto fail;
     }
     if (s->n == 0) {
         fprintf(err, "%s: the files hold no samples\n", where);
@@ -576,6 +652,7 @@ h5cursor *h5cursor_new(const h5src *s) {
     int64_t big = shape_size(&s->xfull), t = shape_size(&s->tfull);
     c->scratch = gl_xmalloc((size_t)(big > t ? big : t) * sizeof(float));
     c->iscratch = gl_xmalloc((size_t)t * sizeof(int32_t));
+    if (s->yfloat) c->dscratch = gl_xmalloc((size_t)t * sizeof(double));
     return c;
 }
 
@@ -594,6 +671,7 @@ void h5cursor_free(h5cursor *c) {
     cursor_close(c);
     free(c->scratch);
     free(c->iscratch);
+    free(c->dscratch);
     free(c);
 }
 
@@ -693,9 +771,12 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
 
     herr_t rc = 0;
     int64_t tn = 1;
+    // float labels are read as doubles and must hold whole numbers (HDF5 would truncate 0.5 to 0)
+    hid_t lt = s->yfloat ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT32;
+    void *lb = s->yfloat ? (void *)c->dscratch : (void *)labels;
     if (s->target == DATA_TARGET_CLASS) {
         hsize_t z[1] = {0}, one[1] = {1};
-        rc = read_slab(c->dy, s, j, s->yrank, z, one, H5T_NATIVE_INT32, labels);
+        rc = read_slab(c->dy, s, j, s->yrank, z, one, lt, lb);
     } else if (s->target == DATA_TARGET_MASK) {
         hsize_t start[3], count[3];
         for (int k = 0; k < s->sd; k++) {
@@ -703,7 +784,7 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
             count[k] = (hsize_t)(crop ? s->crop : s->sp[k]);
         }
         tn = vol;
-        rc = read_slab(c->dy, s, j, s->yrank, start, count, H5T_NATIVE_INT32, labels);
+        rc = read_slab(c->dy, s, j, s->yrank, start, count, lt, lb);
     } else if (s->yfield) {
         rc = read_field(s, c, c->dy, j, s->yc, off, values);
     } else {
@@ -716,12 +797,13 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
         return -1;
     }
     if (s->target != DATA_TARGET_VALUES)
-        for (int64_t v = 0; v < tn; v++)
-            if (labels[v] < 0 || labels[v] >= s->classes) {
-                snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) has label %d at element %lld; "
-                         "data.classes is %lld, so labels must be in [0, %lld)", path, s->yname, (long long)i,
-                         (long long)j, labels[v], (long long)v, (long long)s->classes, (long long)s->classes);
+        for (int64_t v = 0; v < tn; v++) {
+            double val = s->yfloat ? c->dscratch[v] : labels[v];
+            if (label_bad(val, s->classes)) {
+                label_message(msg, len, s, path, i, j, v, val);
                 return -1;
             }
+            labels[v] = (int32_t)val;
+        }
     return 0;
 }

@@ -25,8 +25,7 @@ static int make_parents(const char *path) {
     return 0;
 }
 
-// A run name as a directory name: [A-Za-z0-9._-], no leading dot, never empty.
-static void safe_name(char *out, size_t len, const char *name) {
+void rundir_safe_name(char *out, size_t len, const char *name) {
     size_t k = 0;
     for (const char *c = name ? name : ""; *c && k + 1 < len; c++) {
         char ch = *c;
@@ -53,7 +52,7 @@ int rundir_make(char *out, size_t len, const char *dir, const char *root, const 
         return 0;
     }
     char safe[256], stamp[32], base[4096];
-    safe_name(safe, sizeof safe, name);
+    rundir_safe_name(safe, sizeof safe, name);
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);

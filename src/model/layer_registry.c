@@ -35,15 +35,27 @@ const gl_value *layer_key(const layer_t *l, const char *key) {
     return NULL;
 }
 
-enum { INIT_HE_NORMAL, INIT_HE_UNIFORM, INIT_XAVIER_NORMAL, INIT_XAVIER_UNIFORM, INIT_ZEROS };
+enum { INIT_HE_NORMAL, INIT_HE_UNIFORM, INIT_XAVIER_NORMAL, INIT_XAVIER_UNIFORM, INIT_ZEROS, INIT_PYTORCH };
 const char *const layer_init_choices[] = {"he_normal", "he_uniform", "xavier_normal", "xavier_uniform", "zeros",
-                                          NULL};
+                                          "pytorch", NULL};
+
+// pytorch: what nn.Linear, nn.ConvNd and nn.ConvTransposeNd's reset_parameters do, computed as
+// torch.nn.init.kaiming_uniform_(w, a=sqrt(5)) does: gain = sqrt(2 / (1 + a^2)), bound = gain *
+// sqrt(3 / fan_in) (= 1/sqrt(fan_in)), fan_in from weight dim 1 times the kernel's taps (for a
+// transposed conv that is filters/groups, as PyTorch has it); the bias in +-1/sqrt(fan_in) of the
+// weight (layer_init_bias). Same distributions as PyTorch, not the same numbers: the draws are
+// galley's counter-based ones.
+static double pytorch_weight_bound(double fan_in) {
+    double a = sqrt(5.0), gain = sqrt(2.0 / (1.0 + a * a));
+    return gain * sqrt(3.0 / fan_in);
+}
 
 void layer_init_param(const gl_param *p, int init, float *dst, uint64_t seed, int layer_index, int param_index) {
     // Key: (seed, INIT, layer * 16 + param, element): independent of every other tensor.
     uint64_t step = (uint64_t)layer_index * 16u + (uint64_t)param_index;
     double fan_in = p->fan_in > 0 ? p->fan_in : 1, fan_avg = (p->fan_in + p->fan_out) / 2.0;
     if (fan_avg <= 0) fan_avg = 1;
+    double pt = pytorch_weight_bound(fan_in);
     for (int64_t i = 0; i < p->size; i++) {
         switch (init) {
         case INIT_HE_NORMAL: dst[i] = (float)(sqrt(2.0 / fan_in) * rng_normal(seed, RNG_INIT, step, (uint64_t)i)); break;
@@ -56,7 +68,18 @@ void layer_init_param(const gl_param *p, int init, float *dst, uint64_t seed, in
         case INIT_XAVIER_UNIFORM:
             dst[i] = (float)(sqrt(3.0 / fan_avg) * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
             break;
+        case INIT_PYTORCH:
+            dst[i] = (float)(pt * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
+            break;
         default: dst[i] = 0.0f; break;
         }
     }
+}
+
+void layer_init_bias(const gl_param *p, int init, float *dst, uint64_t seed, int layer_index, int param_index) {
+    if (init != INIT_PYTORCH) return;  // zeros: the arena is zeroed
+    uint64_t step = (uint64_t)layer_index * 16u + (uint64_t)param_index;
+    double bound = p->fan_in > 0 ? 1.0 / sqrt((double)p->fan_in) : 0.0;
+    for (int64_t i = 0; i < p->size; i++)
+        dst[i] = (float)(bound * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
 }

@@ -553,6 +553,84 @@ static void test_read_errors_name_sample(void **st) {
     recipe_free(&r);
 }
 
+// Class labels and masks stored as floats: whole numbers are read as labels; 0.5 is refused,
+// naming file, dataset and sample: class labels at open (exit 2), a mask's first sample at open
+// and the others as they are read (HDF5 alone would truncate 0.5 to class 0 without a word).
+static void test_float_labels_must_be_whole(void **st) {
+    (void)st;
+    float x[4 * 2] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint64_t xd[2] = {4, 2}, yd[1] = {4};
+    char spec[256];
+    snprintf(spec, sizeof spec, "files: %s", path_in("fl.h5"));
+    float bad[4] = {0.5f, 1.5f, 0, 1};
+    hid_t f = (hid_t)h5_create_file(path_in("fl.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, yd, bad, 0, 0);
+    H5Fclose(f);
+    open_fails(spec, "  classes: 3\n",
+               (const char *const[]){"fl.h5: 'y' sample 0", "label 0.5 at element 0: not a whole number", NULL});
+    bad[0] = 0;  // found past the first label too
+    f = (hid_t)h5_create_file(path_in("fl.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, yd, bad, 0, 0);
+    H5Fclose(f);
+    open_fails(spec, "  classes: 3\n", (const char *const[]){"'y' sample 1", "label 1.5", NULL});
+    bad[1] = 7;  // a whole number out of range is found at open too
+    f = (hid_t)h5_create_file(path_in("fl.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 1, yd, bad, 0, 0);
+    H5Fclose(f);
+    open_fails(spec, "  classes: 3\n", (const char *const[]){"'y' sample 1", "label 7", "[0, 3)", NULL});
+
+    double whole[4] = {0, 2, 1, 2};  // float64 whole numbers: labels
+    f = (hid_t)h5_create_file(path_in("fl.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, yd, whole, 0, 0);
+    H5Fclose(f);
+    recipe_t r;
+    hrecipe(&r, spec, "  classes: 3\n");
+    h5src *src = open_ok(&r);
+    h5cursor *cur = h5cursor_new(src);
+    float out[2];
+    char msg[512];
+    for (int i = 0; i < 4; i++) {
+        int32_t l = -1;
+        assert_int_equal(h5src_read(src, cur, i, NULL, out, &l, NULL, msg, sizeof msg), 0);
+        assert_int_equal(l, (int32_t)whole[i]);
+    }
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+
+    // a mask [2, 2, 2]: the first sample whole, the second holds 1.25 at element 3
+    float mx[2 * 2 * 2] = {1, 2, 3, 4, 5, 6, 7, 8}, my[2 * 2 * 2] = {0, 1, 1, 0, 1, 0, 0, 1.25f};
+    uint64_t md[3] = {2, 2, 2};
+    f = (hid_t)h5_create_file(path_in("fm.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, md, mx, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, md, my, 1, 0);
+    H5Fclose(f);
+    snprintf(spec, sizeof spec, "files: %s", path_in("fm.h5"));
+    hrecipe(&r, spec, "  target: mask\n  classes: 2\n");
+    src = open_ok(&r);
+    cur = h5cursor_new(src);
+    int32_t m[4];
+    float mo[4];
+    assert_int_equal(h5src_read(src, cur, 0, NULL, mo, m, NULL, msg, sizeof msg), 0);
+    assert_int_equal(m[1], 1);
+    assert_int_equal(h5src_read(src, cur, 1, NULL, mo, m, NULL, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "fm.h5: 'y' sample 1 (index 1 in the file) has label 1.25 at element 3: not a whole"));
+    h5cursor_free(cur);
+    h5src_free(src);
+    recipe_free(&r);
+    my[1] = 0.5f;  // in the first sample: refused at open
+    f = (hid_t)h5_create_file(path_in("fm.h5"));
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, md, mx, 1, 0);
+    h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 3, md, my, 1, 0);
+    H5Fclose(f);
+    open_fails(spec, "  target: mask\n  classes: 2\n",
+               (const char *const[]){"'y' sample 0", "label 0.5 at element 1", NULL});
+}
+
 static void test_recipe_keys_apply_by_source(void **st) {
     (void)st;
     recipe_t r;
@@ -599,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_printable_names),
         cmocka_unit_test(test_damaged_chunk_index),
         cmocka_unit_test(test_read_errors_name_sample),
+        cmocka_unit_test(test_float_labels_must_be_whole),
         cmocka_unit_test(test_recipe_keys_apply_by_source),
     };
     h5_setup(false);

@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "galley/check.h"
+#include "galley/cuda_probe.h"
 
 static cuda_ctx ctx;  // the process's one GPU binding (see cuda_internal.h)
 static int bound;
@@ -329,7 +330,7 @@ const gl_backend *backend_cuda(int ordinal, char *msg, size_t len) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        snprintf(msg, len, "no GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device is visible");
+        cuda_no_gpu_reason(msg, len);
         cudaGetLastError();
         return NULL;
     }

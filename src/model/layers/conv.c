@@ -24,7 +24,8 @@ static const key_spec keys[] = {
      "channel groups, dividing the input channels and filters (groups = channels: depthwise)"},
     {"bias", KT_BOOL, KF_DEFAULT, "true", 0, 0, NULL, K_BIAS * sizeof(gl_value), NULL, "add a learned bias"},
     {"init", KT_ENUM, KF_DEFAULT, "he_normal", 0, 0, layer_init_choices, K_INIT * sizeof(gl_value), NULL,
-     "weight init (fan_in = C/groups * kernel^d); the bias starts at zero"},
+     "weight init (fan_in = C/groups * kernel^d); the bias starts at zero "
+     "(pytorch: PyTorch's default, the bias too)"},
     KEY_END,
 };
 
@@ -197,7 +198,8 @@ static int conv_infer(layer_t *l, char *err, size_t errlen) {
 
 static void conv_init(layer_t *l, float *params, uint64_t seed) {
     layer_init_param(&l->params[0], l->cfg->v[K_INIT].e, params + l->params[0].offset, seed, l->index, 0);
-    // bias: zeros (the arena is zeroed)
+    if (l->nparams > 1)  // bias: zeros, or PyTorch's for init: pytorch
+        layer_init_bias(&l->params[1], l->cfg->v[K_INIT].e, params + l->params[1].offset, seed, l->index, 1);
 }
 
 static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {

@@ -31,7 +31,8 @@ static const key_spec keys[] = {
      "channel groups, dividing the input channels and filters"},
     {"bias", KT_BOOL, KF_DEFAULT, "true", 0, 0, NULL, K_BIAS * sizeof(gl_value), NULL, "add a learned bias"},
     {"init", KT_ENUM, KF_DEFAULT, "he_normal", 0, 0, layer_init_choices, K_INIT * sizeof(gl_value), NULL,
-     "weight init (fan_in = filters/groups * kernel^d, as PyTorch); the bias starts at zero"},
+     "weight init (fan_in = filters/groups * kernel^d, as PyTorch); the bias starts at zero "
+     "(pytorch: PyTorch's default, the bias too)"},
     KEY_END,
 };
 
@@ -151,7 +152,8 @@ static int convt_infer(layer_t *l, char *err, size_t errlen) {
 
 static void convt_init(layer_t *l, float *params, uint64_t seed) {
     layer_init_param(&l->params[0], l->cfg->v[K_INIT].e, params + l->params[0].offset, seed, l->index, 0);
-    // bias: zeros (the arena is zeroed)
+    if (l->nparams > 1)  // bias: zeros, or PyTorch's for init: pytorch
+        layer_init_bias(&l->params[1], l->cfg->v[K_INIT].e, params + l->params[1].offset, seed, l->index, 1);
 }
 
 static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
