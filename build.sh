@@ -34,6 +34,7 @@ TEST_PACKAGES=(
     runc  # podman's default crun fails on hybrid cgroups; the image tests use runc there
     shellcheck procps  # procps: pgrep, for the failing-rank test
     podman buildah debootstrap
+    fuse-overlayfs squashfuse squashfs-tools inotify-tools  # podman-hpc's squashed images (test_image_podman_hpc)
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 
