@@ -24,8 +24,9 @@
 # /sqout (the squash directory's overlay/l, mounted there and excluded from the squash; the
 # container's /dev and /dev/shm are noexec), run with the same arguments, then removed.
 #
-# phpc_cleanup (call it from the EXIT trap): removes the containers this test labelled, unmounts
-# the fuse mounts under $PHPC_DIR, ends the fuse-overlayfs-wrap waiters that name $PHPC_DIR.
+# phpc_cleanup (call it from the EXIT trap; a watchdog calls it if the test is killed outright):
+# removes the containers this test labelled, unmounts the fuse mounts under $PHPC_DIR, ends the
+# fuse-overlayfs-wrap waiters that name $PHPC_DIR, removes $PHPC_DIR.
 
 PHPC_VERSION=1.2.2
 PHPC_DIR=""
@@ -163,6 +164,14 @@ EOF
     export USER=${USER:-$(id -un)}
     unset PODMANHPC_MODULES_DIR PODMANHPC_GRAPH_ROOT PODMANHPC_RUN_ROOT PODMANHPC_ADDITIONAL_STORES
     phpc_node_setup
+    # If the test is killed without its EXIT trap (ctest's timeout sends SIGKILL), the watchdog
+    # still removes the containers and the fuse mounts once this shell is gone.
+    (
+        trap '' INT TERM
+        while kill -0 "$$" 2>/dev/null; do sleep 1; done
+        phpc_cleanup
+    ) </dev/null >/dev/null 2>&1 &
+    disown $! 2>/dev/null || true
 }
 
 # PHPC_NODE: a command prefix for what a compute node sees: an empty local store (its /tmp), the
