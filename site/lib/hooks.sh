@@ -286,7 +286,7 @@ gh_detect_ranks() {
 
 # gh_phpc_modules: the podman-hpc modules this container was started with, from the variable each
 # module's yaml (modules.d/*.yaml, `env:`) sets to 1: `podman-hpc run --gpu --nccl` gives
-# "gpu nccl". Only --nccl and the MPI modules put anything in /opt/udiImage, and only when the host
+# "--gpu --nccl". Only --nccl and the MPI modules put anything in /opt/udiImage, and only when the host
 # has the files they copy; --gpu and --openmpi-pmix* never do.
 gh_phpc_modules() {
     local pair var
