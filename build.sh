@@ -34,6 +34,7 @@ TEST_PACKAGES=(
     runc  # podman's default crun fails on hybrid cgroups; the image tests use runc there
     shellcheck procps  # procps: pgrep, for the failing-rank test
     podman buildah debootstrap
+    fuse-overlayfs squashfuse squashfs-tools inotify-tools  # podman-hpc's squashed images (test_image_podman_hpc)
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 
@@ -250,10 +251,14 @@ ctr_pick() {
 }
 
 # ctr_build ARGS...: build an image (buildah calls it bud). Docker-format images: every registry,
-# shifter's image gateway and podman-hpc read them.
+# shifter's image gateway and podman-hpc read them. podman-hpc build adds
+# --env PODMANHPC_MODULES_DIR=<its modules.d>, which would stay in the image's ENV (podman-hpc 1.2.2)
+# and tell the entrypoint "podman-hpc" wherever the image runs: it is unset in the final image.
 ctr_build() {
     if [[ $CTR_TOOL == buildah ]]; then
         buildah bud --layers --format docker "$@"
+    elif [[ $CTR_TOOL == podman-hpc ]]; then
+        podman-hpc build --layers --format docker --unsetenv PODMANHPC_MODULES_DIR "$@"
     else
         "$CTR_TOOL" build --layers --format docker "$@"
     fi

@@ -15,7 +15,12 @@ gh_hook_gpu() {
     devs=("${gh_paths[@]}")
     n=${#devs[@]}
     if ((n == 0)); then
-        gh_note "[gpu] no GPU device (/dev/nvidia[0-9]*): nothing set, galley runs on the CPU (on a GPU node: podman-hpc run --gpu, shifter --module=gpu)"
+        if [[ ${ENABLE_GPU:-} == 1 ]]; then
+            # podman-hpc's gpu module binds whatever /dev/nvidia* and libcuda the host has, silently none.
+            gh_warn "podman-hpc --gpu, but no GPU in the container (no /dev/nvidia[0-9]*): this host has no NVIDIA GPU or driver, so galley runs on the CPU. To use GPUs, run on a GPU node (Perlmutter: salloc -C gpu)"
+        else
+            gh_note "[gpu] no GPU device (/dev/nvidia[0-9]*): nothing set, galley runs on the CPU (on a GPU node: podman-hpc run --gpu, shifter --module=gpu)"
+        fi
         return 0
     fi
     if [[ ${GALLEY_GPU_BIND:-1} == 0 ]]; then

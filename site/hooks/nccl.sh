@@ -18,6 +18,21 @@ gh_hook_nccl() {
     gh_note "[nccl] network: $net (site.env NETWORK)"
     gh_note "  plugin: ${gh_plugin:-not found}${gh_plugin:+ (in $gh_plugin_dir)}"
     gh_note "  fabric: $gh_fabric_desc"
+    # podman-hpc --nccl copies what its nccl.yaml names from the host (the plugin into
+    # nccl-plugin/lib, libfabric and libcxi into nccl-plugin/deps/lib), silently nothing that is not
+    # there, and sets its variables (LD_LIBRARY_PATH too) all the same.
+    if [[ ${ENABLE_NCCL:-} == 1 ]]; then
+        local deps=/opt/udiImage/modules/nccl-plugin/deps/lib
+        local -a lost=()
+        local what="" x
+        [[ -z $gh_plugin ]] && lost+=("the NCCL OFI plugin (libnccl-net*.so in /opt/udiImage/modules/nccl-plugin/lib)")
+        gh_find_lib "libfabric.so*" "$deps" || lost+=("the host's libfabric ($deps/libfabric.so*)")
+        gh_find_lib "libcxi.so*" "$deps" || lost+=("libcxi ($deps/libcxi.so*)")
+        if ((${#lost[@]})); then
+            for x in "${lost[@]}"; do what+=${what:+, }$x; done
+            gh_warn "podman-hpc --nccl, but the container lacks $what: this host lacks the files the nccl module copies (the copy: lines of nccl.yaml in ${PODMANHPC_MODULES_DIR:-the podman-hpc modules.d folder}), so NCCL uses TCP sockets. Run on a node that has them (Perlmutter: a GPU node) or ask the site to fix the module; a single node needs no plugin (leave out --nccl)"
+        fi
+    fi
     if [[ $net == tcp ]]; then
         gh_note "  nothing set: NCCL and MPI choose their own transport (TCP sockets unless they find InfiniBand)"
         return 0

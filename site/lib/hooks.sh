@@ -284,8 +284,24 @@ gh_detect_ranks() {
 
 # ---- runtime and site --------------------------------------------------------------------------
 
+# gh_phpc_modules: the podman-hpc modules this container was started with, from the variable each
+# module's yaml (modules.d/*.yaml, `env:`) sets to 1: `podman-hpc run --gpu --nccl` gives
+# "--gpu --nccl". Only --nccl and the MPI modules put anything in /opt/udiImage, and only when the host
+# has the files they copy; --gpu and --openmpi-pmix* never do.
+gh_phpc_modules() {
+    local pair var
+    gh_phpc_mods=""
+    for pair in ENABLE_GPU:gpu ENABLE_NCCL:nccl ENABLE_MPICH_SS:mpi ENABLE_CUDA_MPICH_SS:cuda-mpi \
+        ENABLE_OPENMPI_PMIX:openmpi-pmix ENABLE_OPENMPI_PMI2:openmpi-pmi2; do
+        var=${pair%%:*}
+        [[ ${!var:-} == 1 ]] && gh_phpc_mods+=${gh_phpc_mods:+ }--${pair#*:}
+    done
+    return 0
+}
+
 # gh_detect_runtime: podman-hpc, shifter, podman, docker, apptainer, or none (bare metal or an
-# unknown runtime); gh_modules lists the podman-hpc/shifter modules mounted in /opt/udiImage.
+# unknown runtime); gh_modules lists the podman-hpc/shifter modules mounted in /opt/udiImage,
+# gh_phpc_mods the podman-hpc module flags given (gh_phpc_modules).
 gh_detect_runtime() {
     local m
     gh_modules=""
@@ -294,10 +310,14 @@ gh_detect_runtime() {
         m=${m%/}
         gh_modules+=${gh_modules:+ }${m##*/}
     done
+    gh_phpc_modules
     if [[ -n ${GALLEY_RUNTIME:-} ]]; then
         gh_runtime=$GALLEY_RUNTIME gh_runtime_why="GALLEY_RUNTIME is set"
     elif [[ -n ${SHIFTER_RUNTIME:-} ]]; then
         gh_runtime=shifter gh_runtime_why="SHIFTER_RUNTIME is set"
+    elif [[ -n ${PODMANHPC_MODULES_DIR:-} ]]; then
+        # `podman-hpc run` always passes it (podman-hpc 1.2); /opt/udiImage exists only with some modules.
+        gh_runtime=podman-hpc gh_runtime_why="PODMANHPC_MODULES_DIR is set${gh_phpc_mods:+; modules $gh_phpc_mods}"
     elif [[ -e $gh_root/run/.containerenv && -d $gh_root/opt/udiImage ]]; then
         gh_runtime=podman-hpc gh_runtime_why="/run/.containerenv and /opt/udiImage exist"
     elif [[ -e $gh_root/run/.containerenv ]]; then

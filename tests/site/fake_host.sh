@@ -74,6 +74,26 @@ FH_PODMAN_NCCL_ENV=(
     NCCL_SOCKET_IFNAME=hsn NCCL_NET_GDR_LEVEL=PHB
 )
 
+# fh_podman_hpc_122_nccl: what podman-hpc 1.2.2's own modules.d/nccl.yaml leaves in a container (as
+# tests/e2e/test_image_podman_hpc.sh sees with the real tool): the plugin copied into
+# nccl-plugin/lib, the host's libfabric and libcxi copied into nccl-plugin/deps/lib (not bound
+# at their host paths), no /dev/cxi* (only the MPI modules bind those), no modules/gpu folder.
+fh_podman_hpc_122_nccl() {
+    local d=/opt/udiImage/modules/nccl-plugin
+    fh_touch /run/.containerenv "$d/lib/libnccl-net.so" "$d/deps/lib/libfabric.so.1" \
+        "$d/deps/lib/libcxi.so.1" /etc/ld.so.conf.d/02-nccl.conf
+}
+
+# The variables `podman-hpc run` (1.2.2) passes: PODMANHPC_MODULES_DIR always, ENABLE_<MODULE>=1 per
+# module flag, and nccl.yaml's additional_args (its LD_LIBRARY_PATH ends in /usr/lib64).
+FH_PODMAN_HPC_122=(PODMANHPC_MODULES_DIR=/etc/podman_hpc/modules.d)
+FH_PODMAN_HPC_122_NCCL_ENV=(
+    "${FH_PODMAN_HPC_122[@]}" ENABLE_NCCL=1
+    LD_LIBRARY_PATH=/opt/udiImage/modules/nccl-plugin/lib:/opt/udiImage/modules/nccl-plugin/deps/lib:/usr/lib64
+    FI_CXI_DISABLE_HOST_REGISTER=1 FI_MR_CACHE_MONITOR=userfaultfd NCCL_CROSS_NIC=1
+    NCCL_SOCKET_IFNAME=hsn NCCL_NET_GDR_LEVEL=PHB
+)
+
 # fh_run [VAR=VALUE ...] [-- CMD ...]: run the installed entrypoint in the fake root with only
 # those variables; CMD defaults to `env`, whose output is parsed into FH_ENV.
 fh_run() {
