@@ -4,7 +4,7 @@
 
 #include "galley/blas_core.h"
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 
 #ifndef GALLEY_VERSION
 #define GALLEY_VERSION "0.1.0-dev"

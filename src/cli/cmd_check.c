@@ -6,7 +6,7 @@
 
 #include "cli/cli_internal.h"
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #include "galley/data.h"
 #include "galley/graph.h"
 #include "galley/train.h"

@@ -4,7 +4,7 @@
 
 #include "galley/check.h"
 #include "galley/ckpt.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 
 int cmd_ckpt(int argc, char **argv) {
     if (argc < 1 || !strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) {

@@ -6,7 +6,7 @@
 
 #include "cli/cli_internal.h"
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #include "galley/h5data.h"
 #include "galley/loader.h"
 #include "galley/synth.h"

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #include "galley/recipe.h"
 #include "galley/synth.h"
 

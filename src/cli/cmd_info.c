@@ -13,7 +13,7 @@
 #include "galley/arena.h"
 #include "galley/blas_core.h"
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #if GALLEY_HAVE_CUDA
 #include "galley/cuda_probe.h"
 #endif

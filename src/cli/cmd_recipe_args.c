@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 
 int cli_load_recipe(const char *cmd, int argc, char **argv, recipe_t *r) {
     if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {

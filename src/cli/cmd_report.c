@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #include "galley/report.h"
 
 int cmd_report(int argc, char **argv) {

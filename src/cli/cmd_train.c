@@ -7,7 +7,7 @@
 
 #include "cli/cli_internal.h"
 #include "galley/check.h"
-#include "galley/cli.h"
+#include "cli/cli.h"
 #include "galley/train.h"
 
 // Shared by `train` and `eval`: eval takes --checkpoint PATH|auto (required) instead of --resume.

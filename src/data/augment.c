@@ -3,7 +3,7 @@
 // Draws for (seed, epoch, sample) come from the key k = rng_u64(seed, RNG_AUGMENT, epoch, sample):
 // rng_below(k, RNG_AUGMENT, 0, j, ...) with j = 0..2 crop offsets, 3 the symmetry, 4..6 flips,
 // 7..9 shifts; noise is rng_normal(k, RNG_AUGMENT, 1, element).
-#include "galley/augment.h"
+#include "data/augment.h"
 
 #include <string.h>
 

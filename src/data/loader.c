@@ -24,7 +24,7 @@
 
 #include "data/source.h"
 #include "galley/arena.h"
-#include "galley/augment.h"
+#include "data/augment.h"
 #include "galley/check.h"
 
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_READY, SLOT_IN_USE };

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "galley/check.h"
-#include "galley/json.h"
+#include "log/json.h"
 
 #define JR_MAX_DEPTH 64
 #define JR_PATH 1024

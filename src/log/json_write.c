@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "galley/json.h"
+#include "log/json.h"
 
 void jb_init(jbuf *b, char *mem, size_t cap) {
     b->p = mem;

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "galley/json.h"
+#include "log/json.h"
 #include "galley/runlog.h"
 
 const char *phase_name(int phase) {

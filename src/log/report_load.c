@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "galley/check.h"
-#include "galley/json.h"
+#include "log/json.h"
 #include "galley/report.h"
 #include "log/report_internal.h"
 

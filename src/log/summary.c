@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "galley/check.h"
-#include "galley/json.h"
+#include "log/json.h"
 #include "galley/runlog.h"
 
 #define SUMMARY_CAP 16384

@@ -2,7 +2,7 @@
 // square), axis walks against a direct formula, shifts as pad + crop, and seeded draws.
 #include "testlib.h"
 
-#include "galley/augment.h"
+#include "data/augment.h"
 
 enum { S = 4, VOL = S * S * S };
 

@@ -4,7 +4,7 @@
 
 #include <sys/stat.h>
 
-#include "galley/json.h"
+#include "log/json.h"
 #include "galley/runlog.h"
 
 static void test_durations(void **state) {

@@ -2,7 +2,7 @@
 // overruns) and the leaf walker (paths, escapes, surrogate pairs, malformed text).
 #include "testlib.h"
 
-#include "galley/json.h"
+#include "log/json.h"
 
 static void test_writer(void **state) {
     (void)state;
