@@ -1,4 +1,5 @@
-// layer_registry.c: the list of layer kinds. Adding a layer is one file plus one line here.
+// layer_registry.c: the list of layer kinds. Adding a layer is one file plus one line in
+// LAYER_KINDS below.
 #include <math.h>
 #include <string.h>
 
@@ -6,18 +7,18 @@
 #include "galley/layer.h"
 #include "galley/rng.h"
 
-extern const layer_kind layer_dense;
-extern const layer_kind layer_conv, layer_conv_transpose;
-extern const layer_kind layer_relu, layer_leaky_relu, layer_tanh, layer_sigmoid, layer_gelu;
-extern const layer_kind layer_max_pool, layer_avg_pool, layer_global_avg_pool, layer_batch_norm, layer_layer_norm;
-extern const layer_kind layer_dropout, layer_scale, layer_flatten, layer_add, layer_concat, layer_upsample;
+// The layer kinds, in the order `galley help` lists them: a new kind's file under
+// src/model/layers/ defines `const layer_kind layer_<name>`, and its name goes on a line here.
+#define LAYER_KINDS(X)                                                                 \
+    X(dense) X(relu) X(leaky_relu) X(tanh) X(sigmoid) X(gelu)                          \
+    X(max_pool) X(avg_pool) X(global_avg_pool) X(batch_norm) X(layer_norm)             \
+    X(dropout) X(scale) X(flatten) X(add) X(concat) X(upsample)                        \
+    X(conv) X(conv_transpose)
 
-static const layer_kind *const kinds[] = {
-    &layer_dense, &layer_relu, &layer_leaky_relu, &layer_tanh, &layer_sigmoid, &layer_gelu,
-    &layer_max_pool, &layer_avg_pool, &layer_global_avg_pool, &layer_batch_norm, &layer_layer_norm,
-    &layer_dropout, &layer_scale, &layer_flatten, &layer_add, &layer_concat, &layer_upsample,
-    &layer_conv, &layer_conv_transpose,
-};
+#define LAYER_EXTERN_(name) extern const layer_kind layer_##name;
+LAYER_KINDS(LAYER_EXTERN_)
+#define LAYER_ENTRY_(name) &layer_##name,
+static const layer_kind *const kinds[] = {LAYER_KINDS(LAYER_ENTRY_)};
 
 int layer_kind_count(void) { return (int)(sizeof kinds / sizeof kinds[0]); }
 const layer_kind *layer_kind_at(int i) { return kinds[i]; }
