@@ -349,6 +349,10 @@ static const key_spec log_keys[] = {
      "where run directories go: `DIR/<name>/<YYYYmmdd-HHMMSS>/`, relative to the working directory "
      "(`--run-dir` names the run directory itself instead; unused with log.files false, so that "
      "log.files=false works on any recipe)"},
+    {"mlperf", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(log.mlperf), NULL,
+     "an MLPerf HPC log (`:::MLLOG` lines for mlperf_logging's compliance checker, open division) written by "
+     "rank 0: a file name, or true for `RUN_DIR/mlperf.log`; --resume continues the file. The end summary then "
+     "also gives time to train and to the first step (unset or false: none)"},
     KEY_END,
 };
 
