@@ -113,21 +113,36 @@ grep -v '"key": "eval_accuracy"' "$dc_log" >broken2.log
 check broken2.log
 [[ $RC != 0 ]] || fail "the checker passed a log without eval_accuracy"
 
-# ---- stopped at step 64 (target not reached), resumed to the target: one consistent log ----
-run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" train.steps=64 log.mlperf=resumed.log checkpoint.dir=ck2
-assert_rc 3
-run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" log.mlperf=resumed.log checkpoint.dir=ck2 --resume auto
-assert_rc 0
+# ---- stopped part-way, resumed: one consistent log ----
+if [[ $GALLEY_SANITIZE == 1 ]]; then
+    # Under ASan deepcam-unet's 112 steps twice over are too slow: cosmoflow, 4 steps then 8,
+    # whose log must again fail on its quality target only.
+    run "$G" train "$COSMO" "${cosmo_ov[@]}" train.steps=4 log.mlperf=resumed.log checkpoint.dir=ck2
+    assert_rc 3
+    run "$G" train "$COSMO" "${cosmo_ov[@]}" log.mlperf=resumed.log checkpoint.dir=ck2 --resume auto
+    assert_rc 3
+else
+    # Stopped at step 64 (target not reached), resumed to the target.
+    run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" train.steps=64 log.mlperf=resumed.log checkpoint.dir=ck2
+    assert_rc 3
+    run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" log.mlperf=resumed.log checkpoint.dir=ck2 --resume auto
+    assert_rc 0
+fi
 assert_contains "$OUT" "resumed from" "the resumed run"
 for k in init_stop run_start run_stop; do
     [[ $(grep -c "\"key\": \"$k\"" resumed.log) == 1 ]] || fail "resumed.log: $k is not written exactly once"
 done
 check resumed.log
-[[ $RC == 0 && -z $(messages) ]] || { show_run; fail "the resumed run's log does not pass the checker"; }
-# The same evaluations as the run that was not interrupted (resume is bitwise).
-diff <(grep -o '"key": "eval_accuracy", "value": [0-9.]*' "$dc_log") \
-    <(grep -o '"key": "eval_accuracy", "value": [0-9.]*' resumed.log) >&2 ||
-    fail "the resumed run's evaluations differ from the uninterrupted run's"
+if [[ $GALLEY_SANITIZE == 1 ]]; then
+    [[ $RC != 0 && $(messages) == "WARNING -  Failed checks for eval_error"* && $(messages | wc -l) == 1 ]] ||
+        { show_run; fail "the resumed cosmoflow log: the checker reports more than the unreached target"; }
+else
+    [[ $RC == 0 && -z $(messages) ]] || { show_run; fail "the resumed run's log does not pass the checker"; }
+    # The same evaluations as the run that was not interrupted (resume is bitwise).
+    diff <(grep -o '"key": "eval_accuracy", "value": [0-9.]*' "$dc_log") \
+        <(grep -o '"key": "eval_accuracy", "value": [0-9.]*' resumed.log) >&2 ||
+        fail "the resumed run's evaluations differ from the uninterrupted run's"
+fi
 
 # ---- log.mlperf=true on resume continues the previous run directory's log ----
 sleep 1  # a new run directory name (one per second)
