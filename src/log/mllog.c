@@ -28,7 +28,7 @@ static double wall_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-// A resume: keeps the lines before the last run_stop (so the run reads as one), and learns
+// A resume: drops the run_stop lines (the resumed run writes its own, so the run reads as one) and learns
 // run_start's time. Returns the open file, or NULL (errno) when it cannot be rewritten.
 static FILE *continue_file(gl_mllog *m, const char *path) {
     FILE *in = fopen(path, "r");
