@@ -136,6 +136,7 @@ typedef struct {
         int64_t every;     // progress line and metrics record every this many steps (0: at evaluations)
         bool files;        // write a run directory
         const char *dir;   // where run directories go: dir/<name>/<timestamp>/
+        const char *mlperf;  // MLPerf HPC log: a file, "true" (RUN_DIR/mlperf.log), "false" (or NULL): none
     } log;
 
     // Provenance, not schema keys.

@@ -142,6 +142,13 @@ static void breakdown(FILE *o, const rp_set *s) {
     free(colors);
 }
 
+// Whether some run's summary has key (the MLPerf times: runs with log.mlperf).
+static bool any_run_has(const rp_set *s, const char *key) {
+    for (int r = 0; r < s->nrun; r++)
+        if (rp_get(&s->run[r], key)) return true;
+    return false;
+}
+
 // One summary cell: a string, a number with fmt, or a dash.
 static void cell(FILE *o, const rp_run *r, const char *key, const char *fmt) {
     const rp_kv *kv = rp_get(r, key);
@@ -181,6 +188,8 @@ static void summary_table(FILE *o, const rp_set *s) {
         {"epochs", "epochs", "%.0f"},
         {"wall time of the steps (s)", "wall_s", "%.2f"},
         {"training samples/s", "samples_per_s", "%.1f"},
+        {"MLPerf time to train (s)", "time_to_train_s", "%.2f"},
+        {"time to first step (s)", "time_to_first_step_s", "%.2f"},
         {"peak host memory (MiB)", "peak_host_memory_mib", "%.1f"},
         {"last validation loss", "last.loss", "%.4f"},
         {"best validation loss", "best.loss", "%.4f"},
@@ -198,6 +207,7 @@ static void summary_table(FILE *o, const rp_set *s) {
     }
     fputs("</tr>\n", o);
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        if (!strncmp(rows[i].key, "time_to_", 8) && !any_run_has(s, rows[i].key)) continue;  // log.mlperf only
         fprintf(o, "<tr><td>%s</td>", rows[i].label);
         for (int r = 0; r < s->nrun; r++) cell(o, &s->run[r], rows[i].key, rows[i].fmt);
         fputs("</tr>\n", o);

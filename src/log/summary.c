@@ -63,6 +63,10 @@ static void write_summary(gl_runlog *lg, const gl_runsummary *s) {
         for (int i = 0; i < PHASE_COUNT; i++) jb_fix(&b, phase_name(i), s->phase[i], 4);
         jb_close(&b);
         jb_num(&b, "samples_per_s", s->samples_per_s);
+        if (s->mlperf) {  // log.mlperf: null until the target is reached
+            jb_num(&b, "time_to_train_s", s->time_to_train);
+            jb_num(&b, "time_to_first_step_s", s->time_to_first_step);
+        }
         jb_num(&b, "peak_host_memory_mib", s->peak_host_mib);
         jb_num(&b, "peak_device_memory_mib", s->peak_device_mib);
         json_metrics(&b, "last", s->last_loss, &s->last);
@@ -110,6 +114,14 @@ static void print_metrics(FILE *o, double loss, const gl_metric_set *m) {
     for (int i = 0; i < m->n; i++) fprintf(o, "  %s %.4f", metric_short(m->id[i]), m->v[i]);
 }
 
+// log.mlperf: MLPerf's time to train (run_start to the evaluation that reached the target) and
+// the time to the first step (set-up included).
+static void mlperf_times(FILE *o, const gl_runsummary *s) {
+    if (isnan(s->time_to_train)) fputs("  MLPerf time to train: n/a (target not reached)", o);
+    else fprintf(o, "  MLPerf time to train: %.2f s (%.2f min)", s->time_to_train, s->time_to_train / 60);
+    fprintf(o, " | time to first step %.2f s\n", s->time_to_first_step);
+}
+
 void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     double known = 0;
     for (int i = 0; i < PHASE_OTHER; i++) known += s->phase[i];
@@ -146,6 +158,7 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     if (s->skipped)
         fprintf(o, "  %lld steps skipped for a non-finite loss or gradient (train.nonfinite: skip)\n",
                 (long long)s->skipped);
+    if (s->mlperf) mlperf_times(o, s);
     if (lg->dir[0]) fprintf(o, "  run directory: %s (galley report %s)\n", lg->dir, lg->dir);
     fflush(o);
 }

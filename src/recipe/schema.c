@@ -2,6 +2,7 @@
 // add their own keys in src/model/layers/); nothing outside this table is accepted.
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "galley/data.h"
 #include "galley/optim.h"  // optim_names, optim_rule
@@ -338,6 +339,10 @@ static const key_spec optimizer_keys[] = {
     KEY_END,
 };
 
+// log.mlperf is emitted (recipe.yaml, the recipe hash) only when on, so that the recipes without
+// it keep their hash. Before it is resolved it is NULL and applies; its default is "false".
+static bool mlperf_on(const void *b) { return !R(b)->log.mlperf || strcmp(R(b)->log.mlperf, "false") != 0; }
+
 static const key_spec log_keys[] = {
     {"every", KT_INT, KF_DEFAULT, "50", 0, 1e12, NULL, OFF(log.every), NULL,
      "a progress line (when the output is not a terminal) and a metrics.jsonl/TensorBoard record every this "
@@ -349,6 +354,11 @@ static const key_spec log_keys[] = {
      "where run directories go: `DIR/<name>/<YYYYmmdd-HHMMSS>/`, relative to the working directory "
      "(`--run-dir` names the run directory itself instead; unused with log.files false, so that "
      "log.files=false works on any recipe)"},
+    {"mlperf", KT_STRING, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(log.mlperf), NULL,
+     "an MLPerf HPC log (`:::MLLOG` lines for mlperf_logging's compliance checker, open division) written by "
+     "rank 0: a file name, or true for `RUN_DIR/mlperf.log`; --resume continues the file. The end summary then "
+     "also gives time to train and to the first step (false: none)",
+     mlperf_on, NULL},
     KEY_END,
 };
 

@@ -11,6 +11,7 @@
 
 #include "galley/cpu_spin.h"  // gl_spin: the CPU's idle threads
 #include "galley/lr.h"        // gl_lr: the learning-rate schedule
+#include "galley/mllog.h"     // gl_mllog: the MLPerf HPC log (log.mlperf)
 #include "galley/runlog.h"    // gl_runlog: console, metrics and summary of the run directory
 #include "galley/train.h"     // train_opts, train_result
 #include "train/train_internal.h"  // train_ctx, input_stage, the checkpoint calls
@@ -72,6 +73,10 @@ typedef struct {
     gl_spin spin;
     double step_max, eval_max, ckpt_s;  // the longest step, evaluation and checkpoint (train.time_limit)
     const char *stopped_by;             // a signal or train.time_limit stopped the run (NULL: not)
+
+    // The MLPerf HPC log (run_mllog.c) and its times (monotonic seconds; 0: not yet).
+    gl_mllog ml;
+    double t_init, t_stage0, t_stage1, t_first_step;  // run_init; data.loader.stage's copy; the first step's end
 } gl_run;
 
 // ---- open and close (run_open.c, run_data.c) ----
@@ -108,6 +113,13 @@ int run_finish(gl_run *u, int code);
 
 // A metrics record of the window of steps up to now (print: also a plain progress line).
 void run_window_log(gl_run *u, double now, bool print);
+// The MLPerf HPC log (run_mllog.c): opened around the run log (GL_EXIT_USAGE when it cannot be
+// written), its start (at run_start), each evaluation, and run_stop with the summary's times.
+int run_mllog_open(gl_run *u, bool in_run_dir);
+void run_mllog_start(gl_run *u);
+void run_mllog_eval(gl_run *u, double te, double te2);
+void run_mllog_stop(gl_run *u, double t, gl_runsummary *sum);
+
 // "validation accuracy >= 0.9": the recipe's target in words.
 const char *run_target_words(const recipe_t *r, char *buf, size_t len);
 

@@ -29,6 +29,7 @@ int run_open_data(gl_run *u) {
     const double t_open = now_s();  // synthetic data is generated, HDF5 checked and staged, here
     int failed = loader_open(&u->lt, r, &lpt, u->err) != 0 || loader_open(&u->lv, r, &lpv, u->err) != 0;
     u->t_data = now_s() - t_open;
+    if (r->data.loader.stage) u->t_stage0 = t_open, u->t_stage1 = t_open + u->t_data;  // MLPerf's staging
     if (failed) return GL_EXIT_USAGE;
     u->train = *loader_shape(u->lt), u->val = *loader_shape(u->lv);
     u->batch = loader_batch_capacity(u->lt);

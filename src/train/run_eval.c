@@ -96,7 +96,11 @@ int run_evaluate(gl_run *u) {
                      .loss = metrics_value(&u->vm, METRIC_LOSS), .seconds = te2 - te};
     metric_set_from(&p.m, &u->vm);
     runlog_eval(&u->lg, &p);
-    if (u->opts->evaluate) report_eval(u, te2 - te);
-    else report_step(u, te, te2);
+    if (u->opts->evaluate) {
+        report_eval(u, te2 - te);
+    } else {
+        report_step(u, te, te2);
+        run_mllog_eval(u, te, te2);
+    }
     return GL_EXIT_OK;
 }

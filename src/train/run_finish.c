@@ -46,6 +46,7 @@ int run_finish(gl_run *u, int code) {
     graph_replay_describe(&u->g, sum.replay_note, sizeof sum.replay_note);
     if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
     sum.exit_code = code;
+    run_mllog_stop(u, now_s(), &sum);
     sum.status = code == GL_EXIT_RUNTIME ? "failed" : code == GL_EXIT_STOPPED ? "stopped"
                  : res->target_reached == 1 ? "target reached"
                  : res->target_reached == 0 ? "target not reached" : "finished";

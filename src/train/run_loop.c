@@ -25,6 +25,7 @@ void run_start(gl_run *u) {
     u->stopped_by = NULL;
     u->w.t0 = u->t_start;
     metrics_reset(&u->tm);
+    run_mllog_start(u);
 }
 
 // Cumulative phase times as of `now` (OTHER: the rest of the wall time since t_start).
@@ -107,9 +108,11 @@ int run_loop(gl_run *u) {
         fprintf(u->out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
                         "train.steps or train.epochs to go on\n", (long long)u->step, (long long)u->total_steps);
     while (u->step < u->total_steps) {
+        mllog_epoch(&u->ml, now_s(), u->step / u->steps_per_epoch + 1, true);
         int code = run_step(u);
         if (code != GL_EXIT_OK) return code;
         int epoch_end = u->step % u->steps_per_epoch == 0;
+        if (epoch_end) mllog_epoch(&u->ml, u->t_now, u->epoch, false);
         int due = r->train.eval_every > 0 ? u->step % r->train.eval_every == 0 : epoch_end;
         int last = u->step >= u->total_steps;
         if (u->c.flags[FLAG_SIGNAL] > 0) u->stopped_by = "a signal";

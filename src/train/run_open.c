@@ -27,6 +27,7 @@ void run_init(gl_run *u, const recipe_t *r, const train_opts *opts, FILE *out, F
     u->d = opts->dist ? opts->dist : &u->solo;
     u->precision = PRECISION_FP32;
     dist_set_timeout(u->d, r->distributed.timeout);
+    u->t_init = now_s();
 }
 
 // Checks the batch against the ranks (and parts). GL_EXIT_OK or GL_EXIT_USAGE (printed by rank 0).
@@ -138,6 +139,7 @@ static int open_log(gl_run *u) {
     int code = runlog_open(&u->lg, u->r, u->opts->run_dir, d->rank, u->out, u->err);
     u->log_on = true;
     code = dist_agree(d, code, "opening the run directory", u->err);
+    if (code == GL_EXIT_OK) code = run_mllog_open(u, true);
     if (code != GL_EXIT_OK) return code;
     // Launchers hand rank 0 a pseudo-terminal that ends in a log file: no in-place line there.
     if (d->mpi) u->lg.tty = false;
@@ -166,12 +168,14 @@ int run_open(gl_run *u) {
         setup = train_device_fits(u->r, u->be, u->d, u->bytes, u->err);
     if (setup != GL_EXIT_OK) return setup;
     code = open_model(u);
+    if (code == GL_EXIT_OK) code = run_mllog_open(u, false);  // a file name: before the run directory
     if (code == GL_EXIT_OK) code = open_log(u);
     return code;
 }
 
 void run_close(gl_run *u) {
     if (u->log_on) runlog_close(&u->lg);
+    mllog_close(&u->ml);
     if (u->stage_on) input_stage_free(&u->stage);
     if (u->ctx_on) train_ctx_free(&u->c);
     graph_free(&u->g);
