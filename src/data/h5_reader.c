@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "data/h5_internal.h"
+#include "data/transform_simd.h"
 #include "galley/check.h"
 #include "galley/h5data.h"
 
@@ -44,12 +45,16 @@ struct h5src {
     int64_t yc;           // field target channels
     gl_shape xfull, tfull;
     double *shift, *scale;  // per channel: x' = (t(x) - shift) * scale
+    float *fshift, *fscale;  // the same as floats, as applied; NULL without data.normalize
 };
 
 struct h5cursor {
     int file;
     hid_t f, dx, dy;
-    float *scratch;  // one full sample (x or field target), for channels-last reads
+    float *scratch;  // one full sample (x or field target) as read, before xf_sample
+    xf_dtype xdt;    // x as read: int16, uint8 and half as stored (converted by xf_sample), else float32
+    hid_t xmem;      // its HDF5 memory type
+    hid_t half;      // an IEEE half memory type (made once)
     int32_t *iscratch;
     double *dscratch;  // one sample's labels or mask as stored floats (yfloat)
     bool nonfinite;  // the last read failed because x holds NaN or Inf
@@ -583,6 +588,11 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
             }
     }
     if (load_stats(s, r, err)) goto fail;
+    if (s->normalize != DATA_NORM_NONE) {
+        s->fshift = gl_xmalloc((size_t)s->c * sizeof(float));
+        s->fscale = gl_xmalloc((size_t)s->c * sizeof(float));
+        for (int64_t k = 0; k < s->c; k++) s->fshift[k] = (float)s->shift[k], s->fscale[k] = (float)s->scale[k];
+    }
     *out = s;
     return 0;
 fail:
@@ -596,6 +606,8 @@ void h5src_free(h5src *s) {
     free(s->files);
     free(s->shift);
     free(s->scale);
+    free(s->fshift);
+    free(s->fscale);
     free(s);
 }
 
@@ -649,6 +661,10 @@ h5cursor *h5cursor_new(const h5src *s) {
     h5cursor *c = gl_xcalloc(1, sizeof *c);
     c->file = -1;
     c->f = c->dx = c->dy = -1;
+    c->half = H5Tcopy(H5T_IEEE_F32LE);  // as h5py makes numpy's float16
+    H5Tset_fields(c->half, 15, 10, 5, 0, 10);
+    H5Tset_size(c->half, 2);
+    H5Tset_ebias(c->half, 15);
     int64_t big = shape_size(&s->xfull), t = shape_size(&s->tfull);
     c->scratch = gl_xmalloc((size_t)(big > t ? big : t) * sizeof(float));
     c->iscratch = gl_xmalloc((size_t)t * sizeof(int32_t));
@@ -669,6 +685,7 @@ bool h5cursor_nonfinite(const h5cursor *c) { return c->nonfinite; }
 void h5cursor_free(h5cursor *c) {
     if (!c) return;
     cursor_close(c);
+    if (c->half >= 0) H5Tclose(c->half);
     free(c->scratch);
     free(c->iscratch);
     free(c->dscratch);
@@ -697,10 +714,33 @@ static herr_t read_slab(hid_t d, const h5src *s, int64_t j, int r, const hsize_t
     return rc;
 }
 
-// Reads a channels-first or channels-last array (x, or a field target with ch channels) into
-// out (channels first), cropped at off (NULL: whole). ext[k] receives the spatial extents read.
-static herr_t read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off,
-                         float *out) {
+// x's stored dtype: int16, uint8 and IEEE half are read as stored and converted by xf_sample
+// (HDF5's own conversion is element by element); anything else HDF5 converts to float32.
+static void cursor_pick_xtype(h5cursor *c) {
+    hid_t t = H5Dget_type(c->dx);
+    H5T_class_t cl = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    c->xdt = XF_F32, c->xmem = H5T_NATIVE_FLOAT;
+    if (cl == H5T_INTEGER && sz == 2 && H5Tget_sign(t) == H5T_SGN_2) {
+        c->xdt = XF_I16, c->xmem = H5T_NATIVE_SHORT;
+    } else if (cl == H5T_INTEGER && sz == 1 && H5Tget_sign(t) == H5T_SGN_NONE) {
+        c->xdt = XF_U8, c->xmem = H5T_NATIVE_UCHAR;
+    } else if (cl == H5T_FLOAT && sz == 2 && c->half >= 0) {
+        size_t sp, ep, es, mp, ms;
+        if (H5Tget_fields(t, &sp, &ep, &es, &mp, &ms) >= 0 && sp == 15 && ep == 10 && es == 5 && mp == 0 &&
+            ms == 10 && H5Tget_ebias(t) == 15)
+            c->xdt = XF_F16, c->xmem = c->half;
+    }
+    H5Tclose(t);
+}
+
+// Reads a channels-first or channels-last array (x, or a field target with ch channels) of
+// memory type mtype, cropped at off (NULL: whole), into the cursor's scratch, then xf_sample with
+// p (dtype, transform, normalisation; c, vol and layout are set here) lands it in out, channels
+// first. A float32 channels-first array with nothing to do is read straight into out.
+// 0; -1: the read failed; -2: p->check found NaN or Inf, named by bad_c, bad_v, bad.
+static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off, hid_t mtype,
+                      xf_params *p, float *out, int64_t *bad_c, int64_t *bad_v, float *bad) {
     hsize_t start[4] = {0}, count[4];
     int cf = s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->sd == 0 || s->xrank == 2;
     int r = s->xrank, ax = cf && s->xrank >= 3 ? 1 : 0;  // first spatial axis on disk
@@ -716,11 +756,11 @@ static herr_t read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_
             vol *= e;
         }
     }
-    if (cf) return read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, out);
-    herr_t rc = read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, c->scratch);
-    for (int64_t v = 0; v < vol; v++)  // [vol, ch] -> [ch, vol]
-        for (int64_t q = 0; q < ch; q++) out[q * vol + v] = c->scratch[v * ch + q];
-    return rc;
+    p->c = ch, p->vol = vol, p->channels_last = !cf;
+    bool nothing = p->dtype == XF_F32 && cf && !p->check && !p->log1p && !p->shift && !p->scale;
+    if (read_slab(d, s, j, r, start, count, mtype, nothing ? (void *)out : (void *)c->scratch) < 0) return -1;
+    if (nothing) return 0;
+    return xf_sample(p, c->scratch, out, bad_c, bad_v, bad) ? -2 : 0;
 }
 
 int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels, float *values,
@@ -744,29 +784,27 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
             return -1;
         }
         c->file = fi;
+        cursor_pick_xtype(c);
     }
     int crop = off && s->crop > 0;
     int64_t vol = 1;
     for (int k = 0; k < s->sd; k++) vol *= crop ? s->crop : s->sp[k];
-    if (read_field(s, c, c->dx, j, s->c, off, x) < 0) {
+    // x: converted to float32, checked (finite), log1p, normalised, channels first: one pass
+    xf_params xp = {.dtype = c->xdt, .log1p = s->transform == DATA_TRANSFORM_LOG1P, .check = true,
+                    .shift = s->fshift, .scale = s->fscale};
+    int64_t bq = 0, bv = 0;
+    float bad = 0;
+    int xr = read_field(s, c, c->dx, j, s->c, off, c->xmem, &xp, x, &bq, &bv, &bad);
+    if (xr == -1) {
         snprintf(msg, len, "%s: reading '%s' sample %lld (index %lld in the file) failed: truncated or corrupt file?",
                  path, s->xname, (long long)i, (long long)j);
         return -1;
     }
-    for (int64_t q = 0; q < s->c; q++) {
-        float *xc = x + q * vol;
-        float shift = (float)s->shift[q], scale = (float)s->scale[q];
-        for (int64_t v = 0; v < vol; v++) {
-            float a = xc[v];
-            if (!isfinite(a)) {
-                snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element "
-                         "%lld", path, s->xname, (long long)i, (long long)j, a, (long long)q, (long long)v);
-                c->nonfinite = true;
-                return -1;
-            }
-            if (s->transform == DATA_TRANSFORM_LOG1P) a = log1pf(a);
-            xc[v] = (a - shift) * scale;
-        }
+    if (xr == -2) {
+        snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element %lld",
+                 path, s->xname, (long long)i, (long long)j, bad, (long long)bq, (long long)bv);
+        c->nonfinite = true;
+        return -1;
     }
 
     herr_t rc = 0;
@@ -786,7 +824,8 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
         tn = vol;
         rc = read_slab(c->dy, s, j, s->yrank, start, count, lt, lb);
     } else if (s->yfield) {
-        rc = read_field(s, c, c->dy, j, s->yc, off, values);
+        xf_params yp = {.dtype = XF_F32};  // targets: only turned channels first
+        rc = read_field(s, c, c->dy, j, s->yc, off, H5T_NATIVE_FLOAT, &yp, values, NULL, NULL, NULL);
     } else {
         hsize_t start[4] = {0};
         rc = read_slab(c->dy, s, j, s->yrank, start, s->ydims, H5T_NATIVE_FLOAT, values);

@@ -1,0 +1,151 @@
+// transform_simd_body.h: one vector width of transform_simd.c, written once with GCC vector
+// extensions and compiled twice there (AVX2: XW 8, AVX-512: XW 16) under a target pragma; not a
+// header of its own. Expects XW (lanes), XFN(name) (suffixes a name) and XANY(vi mask) (any lane
+// set) from the includer.
+#define vf XFN(vf)
+#define vi XFN(vi)
+#define vs XFN(vs)
+#define vus XFN(vus)
+#define vb XFN(vb)
+typedef float vf __attribute__((vector_size(XW * 4), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(XW * 4), aligned(4)));
+typedef int16_t vs __attribute__((vector_size(XW * 2), aligned(2)));
+typedef uint16_t vus __attribute__((vector_size(XW * 2), aligned(2)));
+typedef uint8_t vb __attribute__((vector_size(XW), aligned(1)));
+
+#define XINLINE static inline __attribute__((always_inline))
+
+XINLINE vf XFN(sel)(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+
+// XW elements of src from index i, as floats (exact: every int16, uint8 and half is a float).
+XINLINE vf XFN(load)(xf_dtype dt, const void *src, int64_t i) {
+    switch (dt) {
+    case XF_I16: {
+        vs s;
+        memcpy(&s, (const int16_t *)src + i, sizeof s);
+        return __builtin_convertvector(__builtin_convertvector(s, vi), vf);
+    }
+    case XF_U8: {
+        vb s;
+        memcpy(&s, (const uint8_t *)src + i, sizeof s);
+        return __builtin_convertvector(__builtin_convertvector(s, vi), vf);
+    }
+    case XF_F16: {  // as xf_half_to_float: shift the bits into place, rescale the exponent
+        vus s;
+        memcpy(&s, (const uint16_t *)src + i, sizeof s);
+        vi h = __builtin_convertvector(s, vi), em = h & 0x7fff;
+        vf mag = (vf)(em << 13) * 0x1p112f;
+        vi special = em >= 0x7c00;  // Inf, NaN
+        vi bits = (~special & (vi)mag) | (special & ((em << 13) | 0x7f800000));
+        return (vf)(bits | ((h & 0x8000) << 16));
+    }
+    default: {
+        vf v;
+        memcpy(&v, (const float *)src + i, sizeof v);
+        return v;
+    }
+    }
+}
+
+// log1p(x), musl's log1pf without branches: 1 + x = 2^k (1 + f), f in [sqrt(2)/2 - 1, sqrt(2) - 1],
+// log(1 + f) by its polynomial in s = f / (2 + f), c corrects the rounding of 1 + x. Lanes
+// outside (-1, Inf) (where log1p is -Inf, NaN or Inf) take libm's log1pf.
+XINLINE vf XFN(log1p)(vf x) {
+    const float ln2_hi = 6.9313812256e-01f, ln2_lo = 9.0580006145e-06f;
+    const float Lg1 = 0xaaaaaa.0p-24f, Lg2 = 0xccce13.0p-25f, Lg3 = 0x91e9ee.0p-25f, Lg4 = 0xf89e26.0p-26f;
+    vi ok = (x > -1.0f) & (x < __builtin_inff());
+    vf u = x + 1.0f;
+    vi iu = (vi)u + (0x3f800000 - 0x3f3504f3);
+    vi k = (iu >> 23) - 0x7f;
+    vf dk = __builtin_convertvector(k, vf);
+    vf c = XFN(sel)(k >= 2, 1.0f - (u - x), x - (u - 1.0f)) / u;
+    c = (vf)((vi)c & (k < 25));
+    vf f = (vf)((iu & 0x007fffff) + 0x3f3504f3) - 1.0f;
+    vf s = f / (2.0f + f);
+    vf z = s * s, w = z * z;
+    vf R = z * (Lg1 + w * Lg3) + w * (Lg2 + w * Lg4);
+    vf hfsq = 0.5f * f * f;
+    vf r = s * (hfsq + R) + (dk * ln2_lo + c) - hfsq + f + dk * ln2_hi;
+    if (__builtin_expect(XANY(~ok), 0))
+        for (int l = 0; l < XW; l++)
+            if (!ok[l]) r[l] = log1pf(x[l]);
+    return r;
+}
+
+// Elementwise part over n contiguous elements of src from index i0 into out: load, NaN/Inf
+// lanes into *bad, log1p. The tail goes through a zero-padded block, so every element takes
+// the same arithmetic.
+XINLINE void XFN(elementwise)(xf_dtype dt, bool log1p, const void *src, int64_t i0, int64_t n, float *out, vi *bad,
+                              bool check) {
+    int64_t i = 0;
+    for (; i + XW <= n; i += XW) {
+        vf a = XFN(load)(dt, src, i0 + i);
+        if (check) *bad |= ((vi)a & 0x7f800000) == 0x7f800000;
+        if (log1p) a = XFN(log1p)(a);
+        memcpy(out + i, &a, sizeof a);
+    }
+    if (i < n) {
+        size_t es = dt == XF_F32 ? 4 : dt == XF_U8 ? 1 : 2;
+        unsigned char pad[XW * 4] = {0};
+        memcpy(pad, (const unsigned char *)src + (size_t)(i0 + i) * es, (size_t)(n - i) * es);
+        vf a = XFN(load)(dt, pad, 0);
+        if (check) *bad |= ((vi)a & 0x7f800000) == 0x7f800000;
+        if (log1p) a = XFN(log1p)(a);
+        memcpy(out + i, &a, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+XINLINE int XFN(run)(xf_dtype dt, const xf_params *p, const void *src, float *dst) {
+    vi bad = {0};
+    int64_t c = p->c, vol = p->vol;
+    if (!p->channels_last || c == 1) {  // [c, vol]: element by element, 
+        for (int64_t q = 0; q < c; q++) {
+            float *o = dst + q * vol;
+            float sh = p->shift ? p->shift[q] : 0.0f, sc = p->scale ? p->scale[q] : 1.0f;
+            for (int64_t v0 = 0; v0 < vol; v0 += XF_TILE) {  // a block stays in L1 for the second sweep
+                int64_t n = vol - v0 < XF_TILE ? vol - v0 : XF_TILE;
+                XFN(elementwise)(dt, p->log1p, src, q * vol + v0, n, o + v0, &bad, p->check);
+                if (p->shift || p->scale) {
+                    int64_t i = 0;
+                    for (; i + XW <= n; i += XW) {
+                        vf a;
+                        memcpy(&a, o + v0 + i, sizeof a);
+                        a = (a - sh) * sc;
+                        memcpy(o + v0 + i, &a, sizeof a);
+                    }
+                    for (; i < n; i++) o[v0 + i] = (o[v0 + i] - sh) * sc;
+                }
+            }
+        }
+    } else {  // [vol, c]: a tile of positions, elementwise into tmp, then transposed out
+        float tmp[XF_TILE];
+        int64_t tv = XF_TILE / c;
+        for (int64_t v0 = 0; v0 < vol; v0 += tv) {
+            int64_t n = vol - v0 < tv ? vol - v0 : tv;
+            XFN(elementwise)(dt, p->log1p, src, v0 * c, n * c, tmp, &bad, p->check);
+            for (int64_t q = 0; q < c; q++) {
+                float sh = p->shift ? p->shift[q] : 0.0f, sc = p->scale ? p->scale[q] : 1.0f;
+                float *o = dst + q * vol + v0;
+                const float *t = tmp + q;
+                for (int64_t i = 0; i < n; i++) o[i] = (t[i * c] - sh) * sc;
+            }
+        }
+    }
+    return XANY(bad) ? -1 : 0;
+}
+
+static int XFN(xf_run)(const xf_params *p, const void *src, float *dst) {
+    switch (p->dtype) {  // one copy of the loops per dtype
+    case XF_I16: return XFN(run)(XF_I16, p, src, dst);
+    case XF_U8: return XFN(run)(XF_U8, p, src, dst);
+    case XF_F16: return XFN(run)(XF_F16, p, src, dst);
+    default: return XFN(run)(XF_F32, p, src, dst);
+    }
+}
+
+#undef XINLINE
+#undef vf
+#undef vi
+#undef vs
+#undef vus
+#undef vb
