@@ -5,7 +5,10 @@
 #include "data/transform_simd.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+
+#include "galley/check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -63,6 +66,27 @@ static int xf_scalar(const xf_params *p, const void *src, float *dst, int64_t *b
 }
 
 #if XF_VECTOR
+// log1pf of every value of a 16- or 8-bit dtype, indexed by its bits (int16 as uint16): the
+// vector paths' log1p for those, exact and cheaper than the polynomial. Made once (256 KiB each).
+static float *xf_tab_i16, *xf_tab_f16, *xf_tab_u8;
+static pthread_once_t xf_tab_once = PTHREAD_ONCE_INIT;
+
+static void xf_tab_make(void) {
+    xf_tab_i16 = gl_xmalloc(65536 * sizeof(float));
+    xf_tab_f16 = gl_xmalloc(65536 * sizeof(float));
+    xf_tab_u8 = gl_xmalloc(256 * sizeof(float));
+    for (int i = 0; i < 65536; i++) {
+        xf_tab_i16[i] = log1pf((float)(int16_t)(uint16_t)i);
+        xf_tab_f16[i] = log1pf(xf_half_to_float((uint16_t)i));
+    }
+    for (int i = 0; i < 256; i++) xf_tab_u8[i] = log1pf((float)i);
+}
+
+static const float *xf_log1p_table(xf_dtype dt) {
+    pthread_once(&xf_tab_once, xf_tab_make);
+    return dt == XF_I16 ? xf_tab_i16 : dt == XF_F16 ? xf_tab_f16 : xf_tab_u8;
+}
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #define XW 8

@@ -3,12 +3,13 @@
 // to channels-first. AVX-512 and AVX2 paths chosen at run time, a scalar path (the reference:
 // libm's log1pf) where neither is there.
 //
-// Tolerance: the vector paths compute log1p with a polynomial (musl's log1pf, branch-free); it
-// stays within XF_LOG1P_ULP ulp of log1pf over every int16, uint8 and float16 value and a sweep
-// of float32 (tests/unit/test_transform_simd.c; measured: 1 ulp), so after normalisation a result
-// differs by at most |scale| * (2 ulp(log1p x) + 1 ulp(log1p x - shift)) + 1 ulp. Conversion and
-// normalisation are exact and the same float operations as the scalar path, so without log1p the
-// paths agree bit for bit.
+// Tolerance: for float32 data the vector paths compute log1p with a polynomial (musl's log1pf,
+// branch-free); it stays within XF_LOG1P_ULP ulp of log1pf over every int16 value (as a float),
+// every float16 value and a sweep of float32 (tests/unit/test_transform_simd.c; measured: 1 ulp),
+// so after normalisation a result differs by at most |scale| * (2 ulp(log1p x) + 1 ulp(log1p x -
+// shift)) + 1 ulp. int16, uint8 and float16 data take log1pf from a table of all their values:
+// exact. Conversion and normalisation are exact and the same float operations as the scalar path,
+// so without log1p (or with a table) the paths agree bit for bit.
 #ifndef GALLEY_DATA_TRANSFORM_SIMD_H
 #define GALLEY_DATA_TRANSFORM_SIMD_H
 

@@ -74,10 +74,26 @@ XINLINE vf XFN(log1p)(vf x) {
 
 // Elementwise part over n contiguous elements of src from index i0 into out: load, NaN/Inf
 // lanes into *bad, log1p. The tail goes through a zero-padded block, so every element takes
-// the same arithmetic.
+// the same arithmetic. log1p of a 16- or 8-bit dtype is a table look-up (log1pf itself).
 XINLINE void XFN(elementwise)(xf_dtype dt, bool log1p, const void *src, int64_t i0, int64_t n, float *out, vi *bad,
                               bool check) {
     int64_t i = 0;
+    if (log1p && dt != XF_F32) {
+        const float *tab = xf_log1p_table(dt);
+        if (dt == XF_U8) {
+            const uint8_t *b = (const uint8_t *)src + i0;
+            for (; i < n; i++) out[i] = tab[b[i]];
+        } else {
+            const uint16_t *h = (const uint16_t *)src + i0;  // int16 as its bits: the table is so indexed
+            uint32_t special = 0;
+            for (; i < n; i++) {
+                out[i] = tab[h[i]];
+                special |= (h[i] & 0x7c00u) == 0x7c00u;
+            }
+            if (dt == XF_F16 && check && special) (*bad)[0] = -1;  // which one: the scalar path finds it
+        }
+        return;
+    }
     for (; i + XW <= n; i += XW) {
         vf a = XFN(load)(dt, src, i0 + i);
         if (check) *bad |= ((vi)a & 0x7f800000) == 0x7f800000;
