@@ -737,7 +737,7 @@ static void cursor_pick_xtype(h5cursor *c) {
 // Reads a channels-first or channels-last array (x, or a field target with ch channels) of
 // memory type mtype, cropped at off (NULL: whole), into the cursor's scratch, then xf_sample with
 // p (dtype, transform, normalisation; c, vol and layout are set here) lands it in out, channels
-// first. A float32 channels-first array with nothing to do is read straight into out.
+// first. A float32 channels-first array with nothing to change is read straight into out.
 // 0; -1: the read failed; -2: p->check found NaN or Inf, named by bad_c, bad_v, bad.
 static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off, hid_t mtype,
                       xf_params *p, float *out, int64_t *bad_c, int64_t *bad_v, float *bad) {
@@ -757,10 +757,12 @@ static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t c
         }
     }
     p->c = ch, p->vol = vol, p->channels_last = !cf;
-    bool nothing = p->dtype == XF_F32 && cf && !p->check && !p->log1p && !p->shift && !p->scale;
-    if (read_slab(d, s, j, r, start, count, mtype, nothing ? (void *)out : (void *)c->scratch) < 0) return -1;
-    if (nothing) return 0;
-    return xf_sample(p, c->scratch, out, bad_c, bad_v, bad) ? -2 : 0;
+    // float32 channels first without log1p or normalisation: read into out, then (x) only checked there
+    bool inplace = p->dtype == XF_F32 && cf && !p->log1p && !p->shift && !p->scale;
+    void *buf = inplace ? (void *)out : (void *)c->scratch;
+    if (read_slab(d, s, j, r, start, count, mtype, buf) < 0) return -1;
+    if (inplace && !p->check) return 0;
+    return xf_sample(p, buf, out, bad_c, bad_v, bad) ? -2 : 0;
 }
 
 int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels, float *values,

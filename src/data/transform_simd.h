@@ -30,9 +30,11 @@ typedef struct {
     const float *shift, *scale;  // per channel, x' = (x' - shift) * scale; NULL: none
 } xf_params;
 
-// src is [c, vol] or [vol, c] of dtype, dst [c, vol] float32, not overlapping src. 0, or -1 when check is set and src holds NaN or Inf: *bad_c and *bad_v (may be
-// NULL) name the first such element in channels-first order and *bad its value (dst then holds
-// garbage).
+// src is [c, vol] or [vol, c] of dtype, dst [c, vol] float32, not overlapping src, except that
+// dst may be src where nothing changes a value (float32 channels first, no log1p or
+// normalisation: a check alone). 0, or -1 when check is set and src holds NaN or Inf: *bad_c and
+// *bad_v (may be NULL) name the first such element in channels-first order and *bad its value
+// (dst then holds garbage).
 int xf_sample(const xf_params *p, const void *src, float *dst, int64_t *bad_c, int64_t *bad_v, float *bad);
 
 // The best instruction set this CPU has (asked once), and the same work on a chosen one: the

@@ -126,13 +126,13 @@ static void test_half_conversion_exact(void **st) {
 static void test_paths_agree_on_every_layout(void **st) {
     (void)st;
     static const xf_dtype dts[] = {XF_F32, XF_I16, XF_U8, XF_F16};
-    static const int64_t chans[] = {1, 3, 4, 16, 17};
+    static const int64_t chans[] = {1, 3, 4, 8, 16, 17, 24};  // 8, 16, 24: the 8 x 8 transpose
     static const int64_t vols[] = {1, 7, 13, 100, 1029, 4099};
     uint64_t ri = 0;  // the next random index
     int64_t cases = 0;
     double worst = 0;  // in units of the stated tolerance
     for (size_t di = 0; di < 4; di++)
-        for (size_t ci = 0; ci < 5; ci++)
+        for (size_t ci = 0; ci < 7; ci++)
             for (size_t vi = 0; vi < 6; vi++)
                 for (int cl = 0; cl < 2; cl++)
                     for (int mode = 0; mode < 4; mode++) {  // bit 0: log1p, bit 1: normalise
@@ -146,7 +146,7 @@ static void test_paths_agree_on_every_layout(void **st) {
                             else if (dt == XF_U8) ((uint8_t *)src)[i] = (uint8_t)(256 * u);
                             else ((uint16_t *)src)[i] = (uint16_t)(rng_u64(TL_SEED, RNG_TEST, 1, ri++) & 0xfbff);  // no Inf/NaN
                         }
-                        float shift[17], scale[17];
+                        float shift[24], scale[24];
                         for (int64_t q = 0; q < c; q++)
                             shift[q] = rng_uniform(TL_SEED, RNG_TEST, 2, ri++) - 0.5f,
                             scale[q] = 0.1f + 3 * rng_uniform(TL_SEED, RNG_TEST, 2, ri++);
