@@ -10,6 +10,7 @@
 // Per-sample ranks of x (after the sample axis, if any): 1 = feature vector [F]; 2 = one-channel
 // image [H, W]; 3 = [C, H, W] or [H, W, C]; 4 = [C, D, H, W] or [D, H, W, C] (data.layout).
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <hdf5.h>
 #include <math.h>
@@ -51,6 +52,10 @@ struct h5src {
 struct h5cursor {
     int file;
     hid_t f, dx, dy;
+    int fd;            // the same file for direct crop reads (-1: none)
+    int64_t xat, yat;  // file offset of x's and y's raw data for direct crop reads; -1: through HDF5
+    char *span;        // one plane's rows of a crop, read directly
+    size_t span_len;
     float *scratch;  // one full sample (x or field target) as read, before xf_sample
     xf_dtype xdt;    // x as read: int16, uint8 and half as stored (converted by xf_sample), else float32
     hid_t xmem;      // its HDF5 memory type
@@ -661,6 +666,8 @@ h5cursor *h5cursor_new(const h5src *s) {
     h5cursor *c = gl_xcalloc(1, sizeof *c);
     c->file = -1;
     c->f = c->dx = c->dy = -1;
+    c->fd = -1;
+    c->xat = c->yat = -1;
     c->half = H5Tcopy(H5T_IEEE_F32LE);  // as h5py makes numpy's float16
     H5Tset_fields(c->half, 15, 10, 5, 0, 10);
     H5Tset_size(c->half, 2);
@@ -673,6 +680,9 @@ h5cursor *h5cursor_new(const h5src *s) {
 }
 
 static void cursor_close(h5cursor *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->xat = c->yat = -1;
     if (c->dx >= 0) H5Dclose(c->dx);
     if (c->dy >= 0) H5Dclose(c->dy);
     if (c->f >= 0) H5Fclose(c->f);
@@ -687,6 +697,7 @@ void h5cursor_free(h5cursor *c) {
     cursor_close(c);
     if (c->half >= 0) H5Tclose(c->half);
     free(c->scratch);
+    free(c->span);
     free(c->iscratch);
     free(c->dscratch);
     free(c);
@@ -734,6 +745,66 @@ static void cursor_pick_xtype(h5cursor *c) {
     H5Tclose(t);
 }
 
+// Crops by HDF5 hyperslab move one row at a time and read whole planes (the SC22 U-Net's 64^3
+// of a 128^3 volume: 4x the bytes, one copy per row). Where a dataset's raw data lies in the
+// file as one block (contiguous layout, no filters, stored as the memory type), a channels-first
+// crop is read directly instead: one pread per plane of the rows it covers. The offset HDF5 gives
+// is checked once against an HDF5 read of the first elements; -1: read through HDF5.
+static int64_t direct_offset(h5cursor *c, hid_t d, hid_t mtype, const char *path) {
+    hid_t pl = H5Dget_create_plist(d), t = H5Dget_type(d), sp = H5Dget_space(d);
+    bool ok = pl >= 0 && H5Pget_layout(pl) == H5D_CONTIGUOUS && H5Pget_nfilters(pl) == 0 &&
+              H5Pget_external_count(pl) == 0 && H5Tequal(t, mtype) > 0;
+    haddr_t at = ok ? H5Dget_offset(d) : HADDR_UNDEF;
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    size_t es = H5Tget_size(mtype);
+    int64_t rc = -1;
+    int rank = H5Sget_simple_extent_ndims(sp);
+    if (at != HADDR_UNDEF && n > 0 && rank >= 1 && rank <= 8) {
+        if (c->fd < 0) c->fd = open(path, O_RDONLY | O_CLOEXEC);
+        hsize_t dims[8], st[8] = {0}, ct[8];
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int i = 0; i < rank; i++) ct[i] = 1;
+        ct[rank - 1] = dims[rank - 1] < 256 / es ? dims[rank - 1] : 256 / es;  // the first elements stored
+        size_t len = ct[rank - 1] * es;
+        unsigned char a[256], b[256];
+        hid_t ms = H5Screate_simple(1, &ct[rank - 1], NULL), fs = H5Scopy(sp);
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL);
+        if (c->fd >= 0 && H5Dread(d, mtype, ms, fs, H5P_DEFAULT, a) >= 0 &&
+            pread(c->fd, b, len, (off_t)at) == (ssize_t)len && memcmp(a, b, len) == 0)
+            rc = (int64_t)at;
+        H5Sclose(ms);
+        H5Sclose(fs);
+    }
+    H5Sclose(sp);
+    H5Tclose(t);
+    if (pl >= 0) H5Pclose(pl);
+    return rc;
+}
+
+// The crop at off (spatial axes, channels first) of sample j of a dataset whose raw data starts at
+// file offset at, into out [ch, crop...]. es: element size. 0, or -1 (a short read).
+static int direct_crop(const h5src *s, h5cursor *c, int64_t at, int64_t j, int64_t ch, const int64_t *off, size_t es,
+                       void *out) {
+    int64_t e[3] = {1, 1, 1}, o[3] = {0, 0, 0}, n[3] = {1, 1, 1};
+    for (int k = 0; k < s->sd; k++) e[3 - s->sd + k] = s->sp[k], o[3 - s->sd + k] = off[k], n[3 - s->sd + k] = s->crop;
+    size_t len = (size_t)((n[1] - 1) * e[2] + n[2]) * es;  // one plane's rows of the crop
+    if (c->span_len < len) {
+        free(c->span);
+        c->span = gl_xmalloc(len);
+        c->span_len = len;
+    }
+    int64_t sample = s->per_file ? 0 : j;
+    char *dst = out;
+    for (int64_t q = 0; q < ch; q++)
+        for (int64_t z = 0; z < n[0]; z++) {
+            int64_t first = (((sample * ch + q) * e[0] + o[0] + z) * e[1] + o[1]) * e[2] + o[2];
+            if (pread(c->fd, c->span, len, (off_t)(at + first * (int64_t)es)) != (ssize_t)len) return -1;
+            for (int64_t y = 0; y < n[1]; y++, dst += (size_t)n[2] * es)
+                memcpy(dst, c->span + (size_t)(y * e[2]) * es, (size_t)n[2] * es);
+        }
+    return 0;
+}
+
 // Reads a channels-first or channels-last array (x, or a field target with ch channels) of
 // memory type mtype, cropped at off (NULL: whole), into the cursor's scratch, then xf_sample with
 // p (dtype, transform, normalisation; c, vol and layout are set here) lands it in out, channels
@@ -760,7 +831,12 @@ static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t c
     // float32 channels first without log1p or normalisation: read into out, then (x) only checked there
     bool inplace = p->dtype == XF_F32 && cf && !p->log1p && !p->shift && !p->scale;
     void *buf = inplace ? (void *)out : (void *)c->scratch;
-    if (read_slab(d, s, j, r, start, count, mtype, buf) < 0) return -1;
+    int64_t at = d == c->dx ? c->xat : d == c->dy ? c->yat : -1;
+    if (cf && s->sd >= 2 && off && s->crop > 0 && at >= 0) {
+        if (direct_crop(s, c, at, j, ch, off, H5Tget_size(mtype), buf) < 0) return -1;
+    } else if (read_slab(d, s, j, r, start, count, mtype, buf) < 0) {
+        return -1;
+    }
     if (inplace && !p->check) return 0;
     return xf_sample(p, buf, out, bad_c, bad_v, bad) ? -2 : 0;
 }
@@ -787,6 +863,10 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
         }
         c->file = fi;
         cursor_pick_xtype(c);
+        if (s->crop > 0 && s->sd >= 2 && (s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->xrank == 2)) {
+            c->xat = direct_offset(c, c->dx, c->xmem, path);
+            if (s->yfield) c->yat = direct_offset(c, c->dy, H5T_NATIVE_FLOAT, path);
+        }
     }
     int crop = off && s->crop > 0;
     int64_t vol = 1;

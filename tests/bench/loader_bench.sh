@@ -15,7 +15,9 @@
 #              float32 and (deepcam16) float16, min-max from stats.h5, mask labels; batch 8
 #              (MLPerf's samples are 768 x 1152: smaller here to keep the run short)
 #   unet       SC22 tutorial U-Net: random 64^3 crops of x (4 ch) and y (5 ch) read as
-#              hyperslabs from 128^3 volumes; batch 8
+#              hyperslabs from 128^3 volumes; batch 8. unet is galley's file (chunked, as
+#              `galley data synth` writes), unetc the same data as h5py writes it by default
+#              (contiguous: galley reads those crops with one pread per plane)
 #   images     small images: 28 x 28 float32, 60000 in one file, mean/std normalisation;
 #              batch 128
 # Every (side, layout, mode) runs LB_REPEAT times; the best counts (the machine is shared).
@@ -27,7 +29,7 @@
 #                imports them, else /usr/bin/python3: Debian's python3-torch, python3-h5py)
 #   LB_DIR       where the data sets go (default /tmp/galley-loader-bench; kept between runs)
 #   LB_WORKERS   worker/reader counts (default "2")
-#   LB_LAYOUTS   layouts (default "cosmoflow deepcam deepcam16 unet images")
+#   LB_LAYOUTS   layouts (default "cosmoflow deepcam deepcam16 unet unetc images")
 #   LB_REPEAT    runs of each, best counts (default 2)
 #   LB_OUT       the results file (default tests/bench/loader_results.md)
 set -uo pipefail
@@ -37,7 +39,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 GALLEY=${GALLEY:-$ROOT/build/galley}
 LB_DIR=${LB_DIR:-/tmp/galley-loader-bench}
 LB_WORKERS=${LB_WORKERS:-2}
-LB_LAYOUTS=${LB_LAYOUTS:-cosmoflow deepcam deepcam16 unet images}
+LB_LAYOUTS=${LB_LAYOUTS:-cosmoflow deepcam deepcam16 unet unetc images}
 LB_REPEAT=${LB_REPEAT:-2}
 LB_OUT=${LB_OUT:-$HERE/loader_results.md}
 
@@ -66,6 +68,14 @@ synth cosmo.h5 cosmo3d n=256 size=64
 synth deepcam climate2d n=64 size=256 channels=16 per_file=true
 synth nbody.h5 nbody3d n=8 size=128
 synth images.h5 shapes2d n=60000 size=28 channels=1
+if [[ ! -e nbody_contig.h5 ]]; then
+    say "== writing nbody_contig.h5 (nbody.h5 as h5py writes it: contiguous)"
+    "$PY" -c 'import h5py, os
+with h5py.File("nbody.h5", "r") as f, h5py.File("nbody_contig.h5.tmp", "w") as g:
+    g["x"] = f["x"][...]
+    g["y"] = f["y"][...]
+os.replace("nbody_contig.h5.tmp", "nbody_contig.h5")' || die "writing nbody_contig.h5 failed"
+fi
 if [[ ! -e stats.h5 || ! -d deepcam16 ]]; then
     say "== writing stats.h5 (per-channel min/max over deepcam/) and deepcam16/ (float16 copies)"
     "$PY" - <<'PYEOF' || die "writing stats.h5 / deepcam16 failed"
@@ -130,12 +140,12 @@ train: {batch_size: 8, loss: softmax_cross_entropy}
 optimizer: {lr: 0.01}
 YAML
         ;;
-    unet) cat >"$y" <<'YAML'
-name: lb-unet
+    unet | unetc) cat >"$y" <<YAML
+name: lb-$l
 data:
   source: hdf5
-  train: {files: nbody.h5}
-  val: {files: nbody.h5}
+  train: {files: $(files_of "$l")}
+  val: {files: $(files_of "$l")}
   target: values
   crop: 64
 model:
@@ -167,9 +177,9 @@ YAML
     esac
     printf '%s' "$y"
 }
-steps_of() { case $1 in cosmoflow) echo 32 ;; deepcam*) echo 8 ;; unet) echo 8 ;; images) echo 60 ;; esac; }
+steps_of() { case $1 in cosmoflow) echo 32 ;; deepcam*) echo 8 ;; unet*) echo 8 ;; images) echo 60 ;; esac; }
 batch_of() { case $1 in images) echo 128 ;; *) echo 8 ;; esac; }
-files_of() { case $1 in cosmoflow) echo cosmo.h5 ;; deepcam*) echo "$1 stats.h5" ;; unet) echo nbody.h5 ;; images) echo images.h5 ;; esac; }
+files_of() { case $1 in cosmoflow) echo cosmo.h5 ;; deepcam*) echo "$1 stats.h5" ;; unet) echo nbody.h5 ;; unetc) echo nbody_contig.h5 ;; images) echo images.h5 ;; esac; }
 
 # --- runs -----------------------------------------------------------------------------------
 best() { sort -g | tail -1; }
@@ -196,7 +206,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
     echo "Written by tests/bench/loader_bench.sh on $(date -u +%Y-%m-%d) (UTC); samples/s, best of $LB_REPEAT."
     echo
     echo "- Machine: $cpu, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo); load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "- galley: $("$GALLEY" info 2>/dev/null | tr '\n' ' ' | sed 's/  */ /g' | cut -c1-300)"
+    echo "- galley: $("$GALLEY" info 2>/dev/null | grep -E '^ +(version|build|CPU):' | sed 's/^ *//; s/  */ /g' | paste -sd';' | sed 's/;/; /g')"
     echo "- PyTorch $("$PY" -c 'import torch, h5py, numpy; print(torch.__version__, "/ h5py", h5py.__version__, "/ numpy", numpy.__version__)' 2>/dev/null) ($PY)"
     echo "- OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE:-(unset)} (the loader does not call BLAS)"
     echo

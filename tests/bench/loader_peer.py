@@ -22,6 +22,7 @@ Layouts (the files loader_bench.sh writes with `galley data synth`, same names):
              from stats.h5 (climate/minval, climate/maxval), then channels first (MLPerf DeepCAM)
   unet       nbody.h5: x [n, 4, L, L, L], y [n, 5, L, L, L]; every sample a random 64^3 crop of
              both read as h5py hyperslabs (SC22 tutorial); full = read (no transform)
+  unetc      the same from nbody_contig.h5 (contiguous, as h5py writes by default)
   images     images.h5: x [n, 1, 28, 28] float32, y [n] labels; full: (x - 0.5) / 0.25
 """
 
@@ -52,7 +53,7 @@ class H5Set(Dataset):
             self.shift, self.scale = lo, (1.0 / (hi - lo)).astype(np.float32)
             self.tshift, self.tscale = torch.from_numpy(self.shift), torch.from_numpy(self.scale)
         else:
-            name = {"cosmoflow": "cosmo.h5", "unet": "nbody.h5", "images": "images.h5"}[layout]
+            name = {"cosmoflow": "cosmo.h5", "unet": "nbody.h5", "unetc": "nbody_contig.h5", "images": "images.h5"}[layout]
             self.path = os.path.join(root, name)
             with h5py.File(self.path, "r") as f:
                 self.n = f["x"].shape[0]
@@ -68,7 +69,7 @@ class H5Set(Dataset):
                 return f["climate/data"][...], f["climate/labels_0"][...]
         if self.f is None:
             self.f = h5py.File(self.path, "r")
-        if self.layout == "unet":
+        if self.layout.startswith("unet"):
             L = self.shape[2]
             o = np.random.randint(0, L - CROP + 1, size=3)
             sl = (i, slice(None), slice(o[0], o[0] + CROP), slice(o[1], o[1] + CROP), slice(o[2], o[2] + CROP))
@@ -105,7 +106,7 @@ class H5Set(Dataset):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("layout", choices=["cosmoflow", "deepcam", "deepcam16", "unet", "images"])
+    ap.add_argument("layout", choices=["cosmoflow", "deepcam", "deepcam16", "unet", "unetc", "images"])
     ap.add_argument("root")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)
