@@ -2,10 +2,12 @@
 //
 // Opening checks everything that can be checked without reading the data (files exist and are
 // HDF5, datasets exist, ranks, dtypes, shapes agree across files, statistics are complete), so a
-// bad data set is a usage error (exit 2) before training starts. Reading a sample converts any
-// integer or float dtype to float32 in HDF5 itself, reads crops as hyperslabs, turns channels-last
-// into channels-first, checks values (finite inputs, labels in range) and applies log1p and the
-// per-channel normalisation, in that order. Targets are never transformed.
+// bad data set is a usage error (exit 2) before training starts. Reading a sample reads crops as
+// hyperslabs (or, from a contiguous dataset, directly: direct_crop), then converts x to float32,
+// checks it is finite, applies log1p and the per-channel normalisation and turns channels-last
+// into channels-first in one vectorised pass (transform_simd.c; int16, uint8 and half are read as
+// stored, other dtypes HDF5 converts to float32); labels are checked to be in range. Targets are
+// never transformed.
 //
 // Per-sample ranks of x (after the sample axis, if any): 1 = feature vector [F]; 2 = one-channel
 // image [H, W]; 3 = [C, H, W] or [H, W, C]; 4 = [C, D, H, W] or [D, H, W, C] (data.layout).

@@ -7,16 +7,24 @@
 #define vs XFN(vs)
 #define vus XFN(vus)
 #define vb XFN(vb)
-typedef float vf __attribute__((vector_size(XW * 4), aligned(4)));
-typedef int32_t vi __attribute__((vector_size(XW * 4), aligned(4)));
-typedef int16_t vs __attribute__((vector_size(XW * 2), aligned(2)));
-typedef uint16_t vus __attribute__((vector_size(XW * 2), aligned(2)));
-typedef uint8_t vb __attribute__((vector_size(XW), aligned(1)));
+#define vf_u XFN(vf_u)
+typedef float vf __attribute__((vector_size(XW * 4)));
+typedef int32_t vi __attribute__((vector_size(XW * 4)));
+typedef int16_t vs __attribute__((vector_size(XW * 2)));
+typedef uint16_t vus __attribute__((vector_size(XW * 2)));
+typedef uint8_t vb __attribute__((vector_size(XW)));
+// Loads and stores at any address go through these (as immintrin.h's __m256_u): a memcpy into a
+// vector local made GCC bounce every load through the stack (a store-forwarding stall each).
+typedef float vf_u __attribute__((vector_size(XW * 4), aligned(4), may_alias));
+typedef int16_t XFN(vs_u) __attribute__((vector_size(XW * 2), aligned(2), may_alias));
+typedef uint16_t XFN(vus_u) __attribute__((vector_size(XW * 2), aligned(2), may_alias));
+typedef uint8_t XFN(vb_u) __attribute__((vector_size(XW), aligned(1), may_alias));
 
 #define XINLINE static inline __attribute__((always_inline))
 
 // 8 lanes whatever XW is: the channels-last transpose works on 8 x 8 blocks.
-typedef float XFN(v8f) __attribute__((vector_size(32), aligned(4)));
+typedef float XFN(v8f) __attribute__((vector_size(32)));
+typedef float XFN(v8f_u) __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t XFN(v8i) __attribute__((vector_size(32)));
 
 // dst[q * vol + i] = (t[i * c + q] - shift[q]) * scale[q] for 8 channels from q0 and 8 positions:
@@ -27,7 +35,7 @@ XINLINE void XFN(transpose8)(const float *t, int64_t c, int64_t q0, const float 
     typedef XFN(v8f) v8;
     typedef XFN(v8i) m8;
     v8 r[8], u[8], w[8];
-    for (int k = 0; k < 8; k++) memcpy(&r[k], t + k * c + q0, sizeof r[k]);
+    for (int k = 0; k < 8; k++) r[k] = *(const XFN(v8f_u) *)(t + k * c + q0);
     for (int k = 0; k < 8; k += 2) {
         u[k] = __builtin_shuffle(r[k], r[k + 1], (m8){0, 8, 1, 9, 4, 12, 5, 13});
         u[k + 1] = __builtin_shuffle(r[k], r[k + 1], (m8){2, 10, 3, 11, 6, 14, 7, 15});
@@ -42,8 +50,8 @@ XINLINE void XFN(transpose8)(const float *t, int64_t c, int64_t q0, const float 
         v8 hi = __builtin_shuffle(w[j], w[j + 4], (m8){4, 5, 6, 7, 12, 13, 14, 15});
         lo = (lo - sh[q0 + j]) * sc[q0 + j];
         hi = (hi - sh[q0 + j + 4]) * sc[q0 + j + 4];
-        memcpy(dst + (q0 + j) * vol, &lo, sizeof lo);
-        memcpy(dst + (q0 + j + 4) * vol, &hi, sizeof hi);
+        *(XFN(v8f_u) *)(dst + (q0 + j) * vol) = lo;
+        *(XFN(v8f_u) *)(dst + (q0 + j + 4) * vol) = hi;
     }
 }
 
@@ -53,29 +61,22 @@ XINLINE vf XFN(sel)(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b));
 XINLINE vf XFN(load)(xf_dtype dt, const void *src, int64_t i) {
     switch (dt) {
     case XF_I16: {
-        vs s;
-        memcpy(&s, (const int16_t *)src + i, sizeof s);
+        vs s = *(const XFN(vs_u) *)((const int16_t *)src + i);
         return __builtin_convertvector(__builtin_convertvector(s, vi), vf);
     }
     case XF_U8: {
-        vb s;
-        memcpy(&s, (const uint8_t *)src + i, sizeof s);
+        vb s = *(const XFN(vb_u) *)((const uint8_t *)src + i);
         return __builtin_convertvector(__builtin_convertvector(s, vi), vf);
     }
     case XF_F16: {  // as xf_half_to_float: shift the bits into place, rescale the exponent
-        vus s;
-        memcpy(&s, (const uint16_t *)src + i, sizeof s);
+        vus s = *(const XFN(vus_u) *)((const uint16_t *)src + i);
         vi h = __builtin_convertvector(s, vi), em = h & 0x7fff;
         vf mag = (vf)(em << 13) * 0x1p112f;
         vi special = em >= 0x7c00;  // Inf, NaN
         vi bits = (~special & (vi)mag) | (special & ((em << 13) | 0x7f800000));
         return (vf)(bits | ((h & 0x8000) << 16));
     }
-    default: {
-        vf v;
-        memcpy(&v, (const float *)src + i, sizeof v);
-        return v;
-    }
+    default: return *(const vf_u *)((const float *)src + i);
     }
 }
 
@@ -130,7 +131,7 @@ XINLINE void XFN(elementwise)(xf_dtype dt, bool log1p, const void *src, int64_t 
         vf a = XFN(load)(dt, src, i0 + i);
         if (check) *bad |= ((vi)a & 0x7f800000) == 0x7f800000;
         if (log1p) a = XFN(log1p)(a);
-        memcpy(out + i, &a, sizeof a);
+        *(vf_u *)(out + i) = a;
     }
     if (i < n) {
         size_t es = dt == XF_F32 ? 4 : dt == XF_U8 ? 1 : 2;
@@ -156,10 +157,8 @@ XINLINE int XFN(run)(xf_dtype dt, const xf_params *p, const void *src, float *ds
                 if (p->shift || p->scale) {
                     int64_t i = 0;
                     for (; i + XW <= n; i += XW) {
-                        vf a;
-                        memcpy(&a, o + v0 + i, sizeof a);
-                        a = (a - sh) * sc;
-                        memcpy(o + v0 + i, &a, sizeof a);
+                        vf a = *(const vf_u *)(o + v0 + i);
+                        *(vf_u *)(o + v0 + i) = (a - sh) * sc;
                     }
                     for (; i < n; i++) o[v0 + i] = (o[v0 + i] - sh) * sc;
                 }
@@ -206,3 +205,4 @@ static int XFN(xf_run)(const xf_params *p, const void *src, float *dst) {
 #undef vs
 #undef vus
 #undef vb
+#undef vf_u
