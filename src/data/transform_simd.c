@@ -135,7 +135,7 @@ const char *xf_isa_name(xf_isa isa) { return isa == XF_AVX512 ? "avx512" : isa =
 int xf_sample_isa(xf_isa isa, const xf_params *p, const void *src, float *dst, int64_t *bad_c, int64_t *bad_v,
                   float *bad) {
     if (isa > xf_isa_best()) isa = xf_isa_best();
-    if (p->channels_last && p->c > XF_TILE) isa = XF_SCALAR;  // a tile must hold one position
+    if ((p->channels_last || p->vol == 1) && p->c > XF_TILE) isa = XF_SCALAR;  // a tile must hold one position
     int rc = 0;
     switch (isa) {
 #if XF_VECTOR

@@ -8,8 +8,10 @@
 #define vus XFN(vus)
 #define vb XFN(vb)
 #define vf_u XFN(vf_u)
+#define vu XFN(vu)
 typedef float vf __attribute__((vector_size(XW * 4)));
 typedef int32_t vi __attribute__((vector_size(XW * 4)));
+typedef uint32_t vu __attribute__((vector_size(XW * 4)));  // bit arithmetic that may carry into bit 31
 typedef int16_t vs __attribute__((vector_size(XW * 2)));
 typedef uint16_t vus __attribute__((vector_size(XW * 2)));
 typedef uint8_t vb __attribute__((vector_size(XW)));
@@ -70,11 +72,11 @@ XINLINE vf XFN(load)(xf_dtype dt, const void *src, int64_t i) {
     }
     case XF_F16: {  // as xf_half_to_float: shift the bits into place, rescale the exponent
         vus s = *(const XFN(vus_u) *)((const uint16_t *)src + i);
-        vi h = __builtin_convertvector(s, vi), em = h & 0x7fff;
+        vu h = __builtin_convertvector(s, vu), em = h & 0x7fffu;
         vf mag = (vf)(em << 13) * 0x1p112f;
-        vi special = em >= 0x7c00;  // Inf, NaN
-        vi bits = (~special & (vi)mag) | (special & ((em << 13) | 0x7f800000));
-        return (vf)(bits | ((h & 0x8000) << 16));
+        vu special = (vu)(em >= 0x7c00u);  // Inf, NaN
+        vu bits = (~special & (vu)mag) | (special & ((em << 13) | 0x7f800000u));
+        return (vf)(bits | ((h & 0x8000u) << 16));
     }
     default: return *(const vf_u *)((const float *)src + i);
     }
@@ -88,12 +90,12 @@ XINLINE vf XFN(log1p)(vf x) {
     const float Lg1 = 0xaaaaaa.0p-24f, Lg2 = 0xccce13.0p-25f, Lg3 = 0x91e9ee.0p-25f, Lg4 = 0xf89e26.0p-26f;
     vi ok = (x > -1.0f) & (x < __builtin_inff());
     vf u = x + 1.0f;
-    vi iu = (vi)u + (0x3f800000 - 0x3f3504f3);
-    vi k = (iu >> 23) - 0x7f;
+    vu iu = (vu)u + (0x3f800000u - 0x3f3504f3u);
+    vi k = (vi)(iu >> 23) - 0x7f;
     vf dk = __builtin_convertvector(k, vf);
     vf c = XFN(sel)(k >= 2, 1.0f - (u - x), x - (u - 1.0f)) / u;
     c = (vf)((vi)c & (k < 25));
-    vf f = (vf)((iu & 0x007fffff) + 0x3f3504f3) - 1.0f;
+    vf f = (vf)((iu & 0x007fffffu) + 0x3f3504f3u) - 1.0f;
     vf s = f / (2.0f + f);
     vf z = s * s, w = z * z;
     vf R = z * (Lg1 + w * Lg3) + w * (Lg2 + w * Lg4);
@@ -147,7 +149,10 @@ XINLINE void XFN(elementwise)(xf_dtype dt, bool log1p, const void *src, int64_t 
 XINLINE int XFN(run)(xf_dtype dt, const xf_params *p, const void *src, float *dst) {
     vi bad = {0};
     int64_t c = p->c, vol = p->vol;
-    if (!p->channels_last || c == 1) {  // [c, vol]: element by element, 
+    // [c, 1] (feature vectors) is [1, c] in memory: the tile path takes them whole, not one padded
+    // vector per channel
+    bool cl = p->channels_last || vol == 1;
+    if (!cl || c == 1) {  // [c, vol]: element by element, 
         for (int64_t q = 0; q < c; q++) {
             float *o = dst + q * vol;
             float sh = p->shift ? p->shift[q] : 0.0f, sc = p->scale ? p->scale[q] : 1.0f;
@@ -206,3 +211,4 @@ static int XFN(xf_run)(const xf_params *p, const void *src, float *dst) {
 #undef vus
 #undef vb
 #undef vf_u
+#undef vu
