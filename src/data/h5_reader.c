@@ -2,14 +2,17 @@
 //
 // Opening checks everything that can be checked without reading the data (files exist and are
 // HDF5, datasets exist, ranks, dtypes, shapes agree across files, statistics are complete), so a
-// bad data set is a usage error (exit 2) before training starts. Reading a sample converts any
-// integer or float dtype to float32 in HDF5 itself, reads crops as hyperslabs, turns channels-last
-// into channels-first, checks values (finite inputs, labels in range) and applies log1p and the
-// per-channel normalisation, in that order. Targets are never transformed.
+// bad data set is a usage error (exit 2) before training starts. Reading a sample reads crops as
+// hyperslabs (or, from a contiguous dataset, directly: direct_crop), then converts x to float32,
+// checks it is finite, applies log1p and the per-channel normalisation and turns channels-last
+// into channels-first in one vectorised pass (transform_simd.c; int16, uint8 and half are read as
+// stored, other dtypes HDF5 converts to float32); labels are checked to be in range. Targets are
+// never transformed.
 //
 // Per-sample ranks of x (after the sample axis, if any): 1 = feature vector [F]; 2 = one-channel
 // image [H, W]; 3 = [C, H, W] or [H, W, C]; 4 = [C, D, H, W] or [D, H, W, C] (data.layout).
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <hdf5.h>
 #include <math.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include "data/h5_internal.h"
+#include "data/transform_simd.h"
 #include "galley/check.h"
 #include "galley/h5data.h"
 
@@ -44,12 +48,20 @@ struct h5src {
     int64_t yc;           // field target channels
     gl_shape xfull, tfull;
     double *shift, *scale;  // per channel: x' = (t(x) - shift) * scale
+    float *fshift, *fscale;  // the same as floats, as applied; NULL without data.normalize
 };
 
 struct h5cursor {
     int file;
     hid_t f, dx, dy;
-    float *scratch;  // one full sample (x or field target), for channels-last reads
+    int fd;            // the same file for direct crop reads (-1: none)
+    int64_t xat, yat;  // file offset of x's and y's raw data for direct crop reads; -1: through HDF5
+    char *span;        // one plane's rows of a crop, read directly
+    size_t span_len;
+    float *scratch;  // one full sample (x or field target) as read, before xf_sample
+    xf_dtype xdt;    // x as read: int16, uint8 and half as stored (converted by xf_sample), else float32
+    hid_t xmem;      // its HDF5 memory type
+    hid_t half;      // an IEEE half memory type (made once)
     int32_t *iscratch;
     double *dscratch;  // one sample's labels or mask as stored floats (yfloat)
     bool nonfinite;  // the last read failed because x holds NaN or Inf
@@ -583,6 +595,11 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
             }
     }
     if (load_stats(s, r, err)) goto fail;
+    if (s->normalize != DATA_NORM_NONE) {
+        s->fshift = gl_xmalloc((size_t)s->c * sizeof(float));
+        s->fscale = gl_xmalloc((size_t)s->c * sizeof(float));
+        for (int64_t k = 0; k < s->c; k++) s->fshift[k] = (float)s->shift[k], s->fscale[k] = (float)s->scale[k];
+    }
     *out = s;
     return 0;
 fail:
@@ -596,6 +613,8 @@ void h5src_free(h5src *s) {
     free(s->files);
     free(s->shift);
     free(s->scale);
+    free(s->fshift);
+    free(s->fscale);
     free(s);
 }
 
@@ -649,6 +668,12 @@ h5cursor *h5cursor_new(const h5src *s) {
     h5cursor *c = gl_xcalloc(1, sizeof *c);
     c->file = -1;
     c->f = c->dx = c->dy = -1;
+    c->fd = -1;
+    c->xat = c->yat = -1;
+    c->half = H5Tcopy(H5T_IEEE_F32LE);  // as h5py makes numpy's float16
+    H5Tset_fields(c->half, 15, 10, 5, 0, 10);
+    H5Tset_size(c->half, 2);
+    H5Tset_ebias(c->half, 15);
     int64_t big = shape_size(&s->xfull), t = shape_size(&s->tfull);
     c->scratch = gl_xmalloc((size_t)(big > t ? big : t) * sizeof(float));
     c->iscratch = gl_xmalloc((size_t)t * sizeof(int32_t));
@@ -657,6 +682,9 @@ h5cursor *h5cursor_new(const h5src *s) {
 }
 
 static void cursor_close(h5cursor *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+    c->xat = c->yat = -1;
     if (c->dx >= 0) H5Dclose(c->dx);
     if (c->dy >= 0) H5Dclose(c->dy);
     if (c->f >= 0) H5Fclose(c->f);
@@ -669,7 +697,9 @@ bool h5cursor_nonfinite(const h5cursor *c) { return c->nonfinite; }
 void h5cursor_free(h5cursor *c) {
     if (!c) return;
     cursor_close(c);
+    if (c->half >= 0) H5Tclose(c->half);
     free(c->scratch);
+    free(c->span);
     free(c->iscratch);
     free(c->dscratch);
     free(c);
@@ -697,10 +727,93 @@ static herr_t read_slab(hid_t d, const h5src *s, int64_t j, int r, const hsize_t
     return rc;
 }
 
-// Reads a channels-first or channels-last array (x, or a field target with ch channels) into
-// out (channels first), cropped at off (NULL: whole). ext[k] receives the spatial extents read.
-static herr_t read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off,
-                         float *out) {
+// x's stored dtype: int16, uint8 and IEEE half are read as stored and converted by xf_sample
+// (HDF5's own conversion is element by element); anything else HDF5 converts to float32.
+static void cursor_pick_xtype(h5cursor *c) {
+    hid_t t = H5Dget_type(c->dx);
+    H5T_class_t cl = H5Tget_class(t);
+    size_t sz = H5Tget_size(t);
+    c->xdt = XF_F32, c->xmem = H5T_NATIVE_FLOAT;
+    if (cl == H5T_INTEGER && sz == 2 && H5Tget_sign(t) == H5T_SGN_2) {
+        c->xdt = XF_I16, c->xmem = H5T_NATIVE_SHORT;
+    } else if (cl == H5T_INTEGER && sz == 1 && H5Tget_sign(t) == H5T_SGN_NONE) {
+        c->xdt = XF_U8, c->xmem = H5T_NATIVE_UCHAR;
+    } else if (cl == H5T_FLOAT && sz == 2 && c->half >= 0) {
+        size_t sp, ep, es, mp, ms;
+        if (H5Tget_fields(t, &sp, &ep, &es, &mp, &ms) >= 0 && sp == 15 && ep == 10 && es == 5 && mp == 0 &&
+            ms == 10 && H5Tget_ebias(t) == 15)
+            c->xdt = XF_F16, c->xmem = c->half;
+    }
+    H5Tclose(t);
+}
+
+// Crops by HDF5 hyperslab move one row at a time and read whole planes (the SC22 U-Net's 64^3
+// of a 128^3 volume: 4x the bytes, one copy per row). Where a dataset's raw data lies in the
+// file as one block (contiguous layout, no filters, stored as the memory type), a channels-first
+// crop is read directly instead: one pread per plane of the rows it covers. The offset HDF5 gives
+// is checked once against an HDF5 read of the first elements; -1: read through HDF5.
+static int64_t direct_offset(h5cursor *c, hid_t d, hid_t mtype, const char *path) {
+    hid_t pl = H5Dget_create_plist(d), t = H5Dget_type(d), sp = H5Dget_space(d);
+    bool ok = pl >= 0 && H5Pget_layout(pl) == H5D_CONTIGUOUS && H5Pget_nfilters(pl) == 0 &&
+              H5Pget_external_count(pl) == 0 && H5Tequal(t, mtype) > 0;
+    haddr_t at = ok ? H5Dget_offset(d) : HADDR_UNDEF;
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    size_t es = H5Tget_size(mtype);
+    int64_t rc = -1;
+    int rank = H5Sget_simple_extent_ndims(sp);
+    if (at != HADDR_UNDEF && n > 0 && rank >= 1 && rank <= 8) {
+        if (c->fd < 0) c->fd = open(path, O_RDONLY | O_CLOEXEC);
+        hsize_t dims[8], st[8] = {0}, ct[8];
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        for (int i = 0; i < rank; i++) ct[i] = 1;
+        ct[rank - 1] = dims[rank - 1] < 256 / es ? dims[rank - 1] : 256 / es;  // the first elements stored
+        size_t len = ct[rank - 1] * es;
+        unsigned char a[256], b[256];
+        hid_t ms = H5Screate_simple(1, &ct[rank - 1], NULL), fs = H5Scopy(sp);
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL);
+        if (c->fd >= 0 && H5Dread(d, mtype, ms, fs, H5P_DEFAULT, a) >= 0 &&
+            pread(c->fd, b, len, (off_t)at) == (ssize_t)len && memcmp(a, b, len) == 0)
+            rc = (int64_t)at;
+        H5Sclose(ms);
+        H5Sclose(fs);
+    }
+    H5Sclose(sp);
+    H5Tclose(t);
+    if (pl >= 0) H5Pclose(pl);
+    return rc;
+}
+
+// The crop at off (spatial axes, channels first) of sample j of a dataset whose raw data starts at
+// file offset at, into out [ch, crop...]. es: element size. 0, or -1 (a short read).
+static int direct_crop(const h5src *s, h5cursor *c, int64_t at, int64_t j, int64_t ch, const int64_t *off, size_t es,
+                       void *out) {
+    int64_t e[3] = {1, 1, 1}, o[3] = {0, 0, 0}, n[3] = {1, 1, 1};
+    for (int k = 0; k < s->sd; k++) e[3 - s->sd + k] = s->sp[k], o[3 - s->sd + k] = off[k], n[3 - s->sd + k] = s->crop;
+    size_t len = (size_t)((n[1] - 1) * e[2] + n[2]) * es;  // one plane's rows of the crop
+    if (c->span_len < len) {
+        free(c->span);
+        c->span = gl_xmalloc(len);
+        c->span_len = len;
+    }
+    int64_t sample = s->per_file ? 0 : j;
+    char *dst = out;
+    for (int64_t q = 0; q < ch; q++)
+        for (int64_t z = 0; z < n[0]; z++) {
+            int64_t first = (((sample * ch + q) * e[0] + o[0] + z) * e[1] + o[1]) * e[2] + o[2];
+            if (pread(c->fd, c->span, len, (off_t)(at + first * (int64_t)es)) != (ssize_t)len) return -1;
+            for (int64_t y = 0; y < n[1]; y++, dst += (size_t)n[2] * es)
+                memcpy(dst, c->span + (size_t)(y * e[2]) * es, (size_t)n[2] * es);
+        }
+    return 0;
+}
+
+// Reads a channels-first or channels-last array (x, or a field target with ch channels) of
+// memory type mtype, cropped at off (NULL: whole), into the cursor's scratch, then xf_sample with
+// p (dtype, transform, normalisation; c, vol and layout are set here) lands it in out, channels
+// first. A float32 channels-first array with nothing to change is read straight into out.
+// 0; -1: the read failed; -2: p->check found NaN or Inf, named by bad_c, bad_v, bad.
+static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t ch, const int64_t *off, hid_t mtype,
+                      xf_params *p, float *out, int64_t *bad_c, int64_t *bad_v, float *bad) {
     hsize_t start[4] = {0}, count[4];
     int cf = s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->sd == 0 || s->xrank == 2;
     int r = s->xrank, ax = cf && s->xrank >= 3 ? 1 : 0;  // first spatial axis on disk
@@ -716,11 +829,18 @@ static herr_t read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_
             vol *= e;
         }
     }
-    if (cf) return read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, out);
-    herr_t rc = read_slab(d, s, j, r, start, count, H5T_NATIVE_FLOAT, c->scratch);
-    for (int64_t v = 0; v < vol; v++)  // [vol, ch] -> [ch, vol]
-        for (int64_t q = 0; q < ch; q++) out[q * vol + v] = c->scratch[v * ch + q];
-    return rc;
+    p->c = ch, p->vol = vol, p->channels_last = !cf;
+    // float32 channels first without log1p or normalisation: read into out, then (x) only checked there
+    bool inplace = p->dtype == XF_F32 && cf && !p->log1p && !p->shift && !p->scale;
+    void *buf = inplace ? (void *)out : (void *)c->scratch;
+    int64_t at = d == c->dx ? c->xat : d == c->dy ? c->yat : -1;
+    if (cf && s->sd >= 2 && off && s->crop > 0 && at >= 0) {
+        if (direct_crop(s, c, at, j, ch, off, H5Tget_size(mtype), buf) < 0) return -1;
+    } else if (read_slab(d, s, j, r, start, count, mtype, buf) < 0) {
+        return -1;
+    }
+    if (inplace && !p->check) return 0;
+    return xf_sample(p, buf, out, bad_c, bad_v, bad) ? -2 : 0;
 }
 
 int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels, float *values,
@@ -744,29 +864,31 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
             return -1;
         }
         c->file = fi;
+        cursor_pick_xtype(c);
+        if (s->crop > 0 && s->sd >= 2 && (s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->xrank == 2)) {
+            c->xat = direct_offset(c, c->dx, c->xmem, path);
+            if (s->yfield) c->yat = direct_offset(c, c->dy, H5T_NATIVE_FLOAT, path);
+        }
     }
     int crop = off && s->crop > 0;
     int64_t vol = 1;
     for (int k = 0; k < s->sd; k++) vol *= crop ? s->crop : s->sp[k];
-    if (read_field(s, c, c->dx, j, s->c, off, x) < 0) {
+    // x: converted to float32, checked (finite), log1p, normalised, channels first: one pass
+    xf_params xp = {.dtype = c->xdt, .log1p = s->transform == DATA_TRANSFORM_LOG1P, .check = true,
+                    .shift = s->fshift, .scale = s->fscale};
+    int64_t bq = 0, bv = 0;
+    float bad = 0;
+    int xr = read_field(s, c, c->dx, j, s->c, off, c->xmem, &xp, x, &bq, &bv, &bad);
+    if (xr == -1) {
         snprintf(msg, len, "%s: reading '%s' sample %lld (index %lld in the file) failed: truncated or corrupt file?",
                  path, s->xname, (long long)i, (long long)j);
         return -1;
     }
-    for (int64_t q = 0; q < s->c; q++) {
-        float *xc = x + q * vol;
-        float shift = (float)s->shift[q], scale = (float)s->scale[q];
-        for (int64_t v = 0; v < vol; v++) {
-            float a = xc[v];
-            if (!isfinite(a)) {
-                snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element "
-                         "%lld", path, s->xname, (long long)i, (long long)j, a, (long long)q, (long long)v);
-                c->nonfinite = true;
-                return -1;
-            }
-            if (s->transform == DATA_TRANSFORM_LOG1P) a = log1pf(a);
-            xc[v] = (a - shift) * scale;
-        }
+    if (xr == -2) {
+        snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element %lld",
+                 path, s->xname, (long long)i, (long long)j, bad, (long long)bq, (long long)bv);
+        c->nonfinite = true;
+        return -1;
     }
 
     herr_t rc = 0;
@@ -786,7 +908,8 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
         tn = vol;
         rc = read_slab(c->dy, s, j, s->yrank, start, count, lt, lb);
     } else if (s->yfield) {
-        rc = read_field(s, c, c->dy, j, s->yc, off, values);
+        xf_params yp = {.dtype = XF_F32};  // targets: only turned channels first
+        rc = read_field(s, c, c->dy, j, s->yc, off, H5T_NATIVE_FLOAT, &yp, values, NULL, NULL, NULL);
     } else {
         hsize_t start[4] = {0};
         rc = read_slab(c->dy, s, j, s->yrank, start, s->ydims, H5T_NATIVE_FLOAT, values);

@@ -329,6 +329,69 @@ static void test_crop_is_the_hyperslab(void **st) {
     recipe_free(&r);
 }
 
+// Crops of a contiguous, unfiltered dataset are read directly (one pread per plane, h5_reader.c
+// direct_crop); of a chunked one through HDF5. Both give the hyperslab, for float32 and int16 x
+// (with log1p) and a field target, at the corners and inside.
+static void test_crop_direct_equals_hyperslab(void **st) {
+    (void)st;
+    enum { S = 9, CH = 2, YC = 3, K = 4 };
+    static float x[2 * CH * S * S * S], y[2 * YC * S * S * S];
+    for (int i = 0; i < 2; i++)
+        for (int c = 0; c < YC; c++)
+            for (int z = 0; z < S; z++)
+                for (int h = 0; h < S; h++)
+                    for (int w = 0; w < S; w++) {
+                        float v = (float)(i * 1000 + c * 300 + z * 31 + h * 7 + w) / 8;  // exact in int16 when whole
+                        if (c < CH) x[(((i * CH + c) * S + z) * S + h) * S + w] = floorf(v);
+                        y[(((i * YC + c) * S + z) * S + h) * S + w] = v;
+                    }
+    uint64_t xd[5] = {2, CH, S, S, S}, yd[5] = {2, YC, S, S, S};
+    static const struct {
+        const char *name;
+        int chunk, i16;
+    } files[] = {{"contig.h5", 0, 0}, {"chunked.h5", 1, 0}, {"contig16.h5", 0, 1}};
+    for (size_t k = 0; k < 3; k++) {
+        hid_t f = (hid_t)h5_create_file(path_in(files[k].name));
+        h5_write_array(f, "x", files[k].i16 ? H5T_STD_I16LE : H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 5, xd, x,
+                       files[k].chunk, 0);
+        h5_write_array(f, "y", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 5, yd, y, files[k].chunk, 0);
+        H5Fclose(f);
+        char spec[256];
+        snprintf(spec, sizeof spec, "files: %s", path_in(files[k].name));
+        recipe_t r;
+        hrecipe(&r, spec, files[k].i16 ? "  target: values\n  crop: 4\n  transform: log1p\n"
+                                       : "  target: values\n  crop: 4\n");
+        h5src *src = open_ok(&r);
+        h5cursor *cur = h5cursor_new(src);
+        float cx[CH * K * K * K], cy[YC * K * K * K];
+        char msg[256];
+        int64_t offs[3][3] = {{0, 0, 0}, {5, 5, 5}, {1, 3, 2}};
+        for (int i = 0; i < 2; i++)
+            for (int o = 0; o < 3; o++) {
+                const int64_t *off = offs[o];
+                if (h5src_read(src, cur, i, off, cx, NULL, cy, msg, sizeof msg)) fail_msg("%s", msg);
+                for (int c = 0; c < YC; c++)
+                    for (int z = 0; z < K; z++)
+                        for (int h = 0; h < K; h++)
+                            for (int w = 0; w < K; w++) {
+                                int64_t at = (((i * YC + c) * S + z + off[0]) * S + h + off[1]) * S + w + off[2];
+                                int64_t in = ((c * K + z) * K + h) * K + w;
+                                if (cy[in] != y[at])
+                                    fail_msg("%s: y sample %d channel %d (%d,%d,%d) at offset %d: %g != %g",
+                                             files[k].name, i, c, z, h, w, o, cy[in], y[at]);
+                                if (c >= CH) continue;
+                                float xv = floorf(y[at]), want = files[k].i16 ? log1pf(xv) : xv;
+                                if (cx[in] != want)
+                                    fail_msg("%s: x sample %d channel %d (%d,%d,%d) at offset %d: %g != %g",
+                                             files[k].name, i, c, z, h, w, o, cx[in], want);
+                            }
+            }
+        h5cursor_free(cur);
+        h5src_free(src);
+        recipe_free(&r);
+    }
+}
+
 // ---- errors --------------------------------------------------------------------------------------
 
 static void test_errors_name_file_and_dataset(void **st) {
@@ -673,6 +736,7 @@ int main(void) {
         cmocka_unit_test(test_every_dtype_and_layout_exact),
         cmocka_unit_test(test_stats_file_standard),
         cmocka_unit_test(test_crop_is_the_hyperslab),
+        cmocka_unit_test(test_crop_direct_equals_hyperslab),
         cmocka_unit_test(test_errors_name_file_and_dataset),
         cmocka_unit_test(test_printable_names),
         cmocka_unit_test(test_damaged_chunk_index),
