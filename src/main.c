@@ -10,7 +10,7 @@
 #define GALLEY_VERSION "0.1.0-dev"
 #endif
 
-// The commands: one file each under src/cli/ (cmd_<name>.c, declared in galley/cli.h) and one
+// The commands: one file each under src/cli/ (cmd_<name>.c, declared in cli/cli.h) and one
 // line here. `galley help` (cmd_help.c) describes them.
 static const struct {
     const char *name;
