@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -13,17 +14,37 @@
 #include "galley/ckpt.h"
 #include "galley/runlog.h"
 
-void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step) {
+// The run name as checkpoint files carry it: the run directory's safe name, and where that
+// changed the name, a hash of the name as written, so that names that differ only in unsafe
+// characters ("exp a", "exp_a", "a/b") never share, prune or resume each other's checkpoints.
+static void safe_name(char *out, size_t len, const char *name) {
     char safe[256];
     rundir_safe_name(safe, sizeof safe, name);
+    if (name && strcmp(safe, name) == 0) {
+        snprintf(out, len, "%s", safe);
+        return;
+    }
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char *c = name ? name : ""; *c; c++) h = (h ^ (unsigned char)*c) * 16777619u;
+    snprintf(out, len, "%s-%08x", safe, (unsigned)h);
+}
+
+void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t step) {
+    char safe[300];
+    safe_name(safe, sizeof safe, name);
     snprintf(buf, len, "%s/%s-step%08lld.h5", dir, safe, (long long)step);
 }
 
-// This host's name as it goes into temporary file names: [A-Za-z0-9._-], never empty.
+// This host's name as it goes into temporary file names, [A-Za-z0-9._-], never empty, with the
+// inode of this process's pid namespace: two containers on one node may share the host name
+// but not their pids, and only a pid of our own namespace says whether its writer is alive.
 static void host_name(char *out, size_t len) {
-    char h[256] = "";
+    char h[256] = "", safe[200];
     if (gethostname(h, sizeof h - 1) != 0) h[0] = 0;
-    rundir_safe_name(out, len, h[0] ? h : "host");
+    rundir_safe_name(safe, sizeof safe, h[0] ? h : "host");
+    struct stat ns;
+    if (stat("/proc/self/ns/pid", &ns) == 0) snprintf(out, len, "%s-pidns%lu", safe, (unsigned long)ns.st_ino);
+    else snprintf(out, len, "%s", safe);
 }
 
 void ckpt_tmp_path(char *buf, size_t len, const char *path, long pid) {
@@ -62,8 +83,8 @@ int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps)
     int n = 0, cap = 0;
     entry *e = NULL;
     struct dirent *de;
-    char safe[256];
-    rundir_safe_name(safe, sizeof safe, name);
+    char safe[300];
+    safe_name(safe, sizeof safe, name);
     // Checkpoints written before names were made safe carry the name as it was (one without a '/').
     bool old = name && strcmp(name, safe) != 0 && !strchr(name, '/');
     while ((de = readdir(d))) {

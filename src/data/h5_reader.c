@@ -747,6 +747,18 @@ static void cursor_pick_xtype(h5cursor *c) {
     H5Tclose(t);
 }
 
+// pread of exactly len bytes: a signal (EINTR) or a short count (Lustre, NFS) reads on, as
+// HDF5's own file driver does. 0, or -1 at the end of the file or on an error.
+static int pread_full(int fd, char *buf, size_t len, off_t at) {
+    while (len > 0) {
+        ssize_t got = pread(fd, buf, len, at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        buf += got, len -= (size_t)got, at += got;
+    }
+    return 0;
+}
+
 // Crops by HDF5 hyperslab move one row at a time and read whole planes (the SC22 U-Net's 64^3
 // of a 128^3 volume: 4x the bytes, one copy per row). Where a dataset's raw data lies in the
 // file as one block (contiguous layout, no filters, stored as the memory type), a channels-first
@@ -800,7 +812,7 @@ static int direct_crop(const h5src *s, h5cursor *c, int64_t at, int64_t j, int64
     for (int64_t q = 0; q < ch; q++)
         for (int64_t z = 0; z < n[0]; z++) {
             int64_t first = (((sample * ch + q) * e[0] + o[0] + z) * e[1] + o[1]) * e[2] + o[2];
-            if (pread(c->fd, c->span, len, (off_t)(at + first * (int64_t)es)) != (ssize_t)len) return -1;
+            if (pread_full(c->fd, c->span, len, (off_t)(at + first * (int64_t)es)) != 0) return -1;
             for (int64_t y = 0; y < n[1]; y++, dst += (size_t)n[2] * es)
                 memcpy(dst, c->span + (size_t)(y * e[2]) * es, (size_t)n[2] * es);
         }

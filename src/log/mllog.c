@@ -77,9 +77,19 @@ void mllog_line(gl_mllog *m, double t, const char *type, const char *key, const 
     fflush(m->f);
 }
 
+// A JSON string of v: quotes, backslashes and control bytes escaped, cut to fit (never inside
+// an escape), always closed.
 static void point_str(gl_mllog *m, double t, const char *key, const char *v) {
     char q[512];
-    snprintf(q, sizeof q, "\"%s\"", v);
+    size_t k = 0;
+    q[k++] = '"';
+    for (const unsigned char *c = (const unsigned char *)(v ? v : ""); *c && k + 8 < sizeof q; c++) {
+        if (*c == '"' || *c == '\\') q[k++] = '\\', q[k++] = (char)*c;
+        else if (*c < 0x20) k += (size_t)snprintf(q + k, sizeof q - k, "\\u%04x", *c);
+        else q[k++] = (char)*c;
+    }
+    q[k++] = '"';
+    q[k] = 0;
     mllog_line(m, t, "POINT", key, q, NULL);
 }
 
@@ -107,6 +117,7 @@ static const char *list(char *buf, size_t len, const gl_floats *f, double mul) {
 // opt_* keys (and DeepCAM's scheduler_* names for LAMB) of the optimizer and schedule in use.
 static void header_optim(gl_mllog *m, double t, const recipe_t *r, double lr_scaled) {
     static const char *const names[] = {"SGD", "AdamW", "LAMB"};
+    _Static_assert(sizeof names / sizeof names[0] == OPT_COUNT, "an MLPerf opt_name for each optimizer rule");
     const __typeof__(r->optimizer.schedule) *s = &r->optimizer.schedule;
     const char *unit = s->unit == SCHED_UNIT_EPOCHS ? "epochs" : "steps";
     char key[96], buf[1024];

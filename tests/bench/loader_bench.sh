@@ -56,7 +56,7 @@ fi
 py_ok "$PY" || die "$PY does not import torch, h5py and numpy"
 
 # --- data, written once ---------------------------------------------------------------------
-mkdir -p "$LB_DIR" && cd "$LB_DIR" || die "cannot use $LB_DIR"
+{ mkdir -p "$LB_DIR" && cd "$LB_DIR"; } || die "cannot use $LB_DIR"
 synth() { # OUT KIND ARGS...: galley data synth unless OUT is there
     local out=$1 kind=$2
     shift 2

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_ckpt_names.sh: checkpoint file names (issue #27):
 #   - a run name cannot lead a checkpoint out of checkpoint.dir: `name: ../../etc/x` writes
-#     ck/_._.._etc_x-step*.h5 (the run directory's safe name) and --resume auto finds it;
+#     ck/_._.._etc_x-HASH-step*.h5 (the run directory's safe name and a hash of the name as
+#     written) and --resume auto finds it; names that differ only in unsafe characters ("exp a",
+#     "exp_a") keep apart: neither prunes nor resumes the other's checkpoints;
 #   - a checkpoint that cannot be created says its reason once, and the right one;
 #   - temporary files left by killed writers are removed at start, said in one line: same host
 #     and pid gone at once; from another host or without a host (older galley) after an hour;
@@ -19,10 +21,20 @@ cd "$GL_TMP/a/b"
 info "name: ../../etc/x stays in checkpoint.dir, under the run directory's safe name"
 assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" checkpoint.dir=ck name=../../etc/x
 [[ -z $(ls -A ../etc) ]] || fail "written outside checkpoint.dir: $(ls -A ../etc)"
-[[ -f ck/_._.._etc_x-step00000020.h5 ]] || fail "no ck/_._.._etc_x-step00000020.h5: $(ls -A ck)"
-assert_contains "$OUT" "checkpoint: ck/_._.._etc_x-step00000020.h5"
+x=(ck/_._.._etc_x-????????-step00000020.h5)
+[[ -f ${x[0]} ]] || fail "no ck/_._.._etc_x-HASH-step00000020.h5: $(ls -A ck)"
+assert_contains "$OUT" "checkpoint: ${x[0]}"
 assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" train.steps=30 checkpoint.dir=ck name=../../etc/x --resume auto
-assert_contains "$OUT" "resumed from ck/_._.._etc_x-step00000020.h5 at step 20"
+assert_contains "$OUT" "resumed from ${x[0]} at step 20"
+
+info "names that differ only in unsafe characters keep their checkpoints apart"
+mkdir -p ../ck2
+assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" checkpoint.dir=../ck2 name=exp_a checkpoint.keep=1
+assert_exit 0 "$GALLEY" train "$MLP" "${args[@]}" train.steps=10 checkpoint.dir=../ck2 "name=exp a" \
+    checkpoint.keep=1 --resume auto
+assert_not_contains "$OUT" "resumed from" "'exp a' resuming 'exp_a'"
+[[ -f ../ck2/exp_a-step00000020.h5 ]] || fail "'exp a' pruned exp_a's checkpoint: $(ls -A ../ck2)"
+[[ $(find ../ck2 -name 'exp_a-*-step00000010.h5' | wc -l) == 1 ]] || fail "no checkpoint of 'exp a': $(ls -A ../ck2)"
 
 info "a checkpoint that cannot be created: its reason, once"
 long=$(printf 'n%.0s' {1..250})
@@ -34,7 +46,7 @@ assert_not_contains "$ERR" "no space left"
 [[ $(grep -o 'File name too long' <<<"$ERR" | wc -l) == 1 ]] || fail "the reason repeats: $ERR"
 
 info "stale temporary files: removed at start, a live writer's kept"
-host=$(hostname)
+host=$(hostname)-pidns$(stat -L -c %i /proc/self/ns/pid)  # this pid namespace's writers
 sleep 0 &
 dead=$!
 wait "$dead"
