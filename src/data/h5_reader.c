@@ -499,6 +499,68 @@ static int load_stats(h5src *s, const recipe_t *r, FILE *err) {
 
 // ---- opening -----------------------------------------------------------------------------------
 
+// Opens file i of s: its x and y datasets, their sample count and per-sample shapes (the first
+// file sets them, the others must match), and float class labels checked. 0, or -1 (printed).
+static int open_one_file(h5src *s, int i, const char *where, FILE *err) {
+    const char *path = s->files[i].path;
+    hid_t f = open_file(path, where, err);
+    if (f < 0) return -1;
+    int xr, yr;
+    hsize_t xd[8], yd[8];
+    hid_t dx = open_dataset(f, path, s->xname, "the inputs, x", &xr, xd, err);
+    hid_t dy = dx < 0 ? -1 : open_dataset(f, path, s->yname, "the targets, y", &yr, yd, err);
+    int yf = 0;  // class labels or a mask stored as floats: checked below
+    if (dy >= 0 && s->target != DATA_TARGET_VALUES) {
+        hid_t t = H5Dget_type(dy);
+        yf = H5Tget_class(t) == H5T_FLOAT;
+        H5Tclose(t);
+        s->yfloat |= yf;
+    }
+    if (dx >= 0) H5Dclose(dx);
+    if (dy >= 0) H5Dclose(dy);
+    H5Fclose(f);
+    if (dx < 0 || dy < 0) return -1;
+    int64_t n = 1;
+    const hsize_t *xs = xd, *ys = yd;
+    if (!s->per_file) {
+        if (xr < 1 || yr < 1) {
+            fprintf(err, "galley: error: %s: '%s' has no sample axis (rank %d); with data.samples: stacked the first "
+                         "axis of x and y indexes samples (per_file: one sample per file)\n",
+                    path, xr < 1 ? s->xname : s->yname, xr < 1 ? xr : yr);
+            return -1;
+        }
+        if (xd[0] != yd[0]) {
+            fprintf(err, "galley: error: %s: '%s' holds %llu samples but '%s' holds %llu\n", path, s->xname,
+                    (unsigned long long)xd[0], s->yname, (unsigned long long)yd[0]);
+            return -1;
+        }
+        n = (int64_t)xd[0], xr--, yr--, xs++, ys++;
+    }
+    if (i == 0) {
+        s->xrank = xr, s->yrank = yr;
+        memcpy(s->xdims, xs, sizeof(hsize_t) * (size_t)(xr > 4 ? 4 : xr));
+        memcpy(s->ydims, ys, sizeof(hsize_t) * (size_t)(yr > 4 ? 4 : yr));
+        if (yr > 4) {
+            fprintf(err, "galley: error: %s: '%s' has too many axes (%d per sample)\n", path, s->yname, yr);
+            return -1;
+        }
+        if (shape_x(s, path, err) || shape_y(s, path, err)) return -1;
+    } else if (!same_dims(xr, xs, s->xrank, s->xdims) || !same_dims(yr, ys, s->yrank, s->ydims)) {
+        int bad_x = !same_dims(xr, xs, s->xrank, s->xdims);
+        char a[96], b[96];
+        shape_words(bad_x ? s->xrank : s->yrank, bad_x ? s->xdims : s->ydims, a, sizeof a);
+        shape_words(bad_x ? xr : yr, bad_x ? xs : ys, b, sizeof b);
+        fprintf(err, "galley: error: inconsistent files: '%s' has per-sample shape %s in %s but %s in %s\n",
+                bad_x ? s->xname : s->yname, a, s->files[0].path, b, path);
+        return -1;
+    }
+    s->files[i].n = n;
+    s->files[i].first = s->n;
+    s->n += n;
+    if (yf && check_float_labels(s, i, err)) return -1;
+    return 0;
+}
+
 int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
     *out = NULL;
     h5_setup(r->data.file_locking);
@@ -518,64 +580,8 @@ int h5src_open(h5src **out, const recipe_t *r, int split, FILE *err) {
     recipe_where(r, key, where, sizeof where);
     if (!files || list_files(s, files, where, err) != 0) goto fail;
 
-    for (int i = 0; i < s->nfiles; i++) {
-        const char *path = s->files[i].path;
-        hid_t f = open_file(path, where, err);
-        if (f < 0) goto fail;
-        int xr, yr;
-        hsize_t xd[8], yd[8];
-        hid_t dx = open_dataset(f, path, s->xname, "the inputs, x", &xr, xd, err);
-        hid_t dy = dx < 0 ? -1 : open_dataset(f, path, s->yname, "the targets, y", &yr, yd, err);
-        int yf = 0;  // class labels or a mask stored as floats: checked below
-        if (dy >= 0 && s->target != DATA_TARGET_VALUES) {
-            hid_t t = H5Dget_type(dy);
-            yf = H5Tget_class(t) == H5T_FLOAT;
-            H5Tclose(t);
-            s->yfloat |= yf;
-        }
-        if (dx >= 0) H5Dclose(dx);
-        if (dy >= 0) H5Dclose(dy);
-        H5Fclose(f);
-        if (dx < 0 || dy < 0) goto fail;
-        int64_t n = 1;
-        const hsize_t *xs = xd, *ys = yd;
-        if (!s->per_file) {
-            if (xr < 1 || yr < 1) {
-                fprintf(err, "galley: error: %s: '%s' has no sample axis (rank %d); with data.samples: stacked the first "
-                             "axis of x and y indexes samples (per_file: one sample per file)\n",
-                        path, xr < 1 ? s->xname : s->yname, xr < 1 ? xr : yr);
-                goto fail;
-            }
-            if (xd[0] != yd[0]) {
-                fprintf(err, "galley: error: %s: '%s' holds %llu samples but '%s' holds %llu\n", path, s->xname,
-                        (unsigned long long)xd[0], s->yname, (unsigned long long)yd[0]);
-                goto fail;
-            }
-            n = (int64_t)xd[0], xr--, yr--, xs++, ys++;
-        }
-        if (i == 0) {
-            s->xrank = xr, s->yrank = yr;
-            memcpy(s->xdims, xs, sizeof(hsize_t) * (size_t)(xr > 4 ? 4 : xr));
-            memcpy(s->ydims, ys, sizeof(hsize_t) * (size_t)(yr > 4 ? 4 : yr));
-            if (yr > 4) {
-                fprintf(err, "galley: error: %s: '%s' has too many axes (%d per sample)\n", path, s->yname, yr);
-                goto fail;
-            }
-            if (shape_x(s, path, err) || shape_y(s, path, err)) goto fail;
-        } else if (!same_dims(xr, xs, s->xrank, s->xdims) || !same_dims(yr, ys, s->yrank, s->ydims)) {
-            int bad_x = !same_dims(xr, xs, s->xrank, s->xdims);
-            char a[96], b[96];
-            shape_words(bad_x ? s->xrank : s->yrank, bad_x ? s->xdims : s->ydims, a, sizeof a);
-            shape_words(bad_x ? xr : yr, bad_x ? xs : ys, b, sizeof b);
-            fprintf(err, "galley: error: inconsistent files: '%s' has per-sample shape %s in %s but %s in %s\n",
-                    bad_x ? s->xname : s->yname, a, s->files[0].path, b, path);
-            goto fail;
-        }
-        s->files[i].n = n;
-        s->files[i].first = s->n;
-        s->n += n;
-        if (yf && check_float_labels(s, i, err)) goto fail;
-    }
+    for (int i = 0; i < s->nfiles; i++)
+        if (open_one_file(s, i, where, err)) goto fail;
     if (s->n == 0) {
         fprintf(err, "%s: the files hold no samples\n", where);
         goto fail;

@@ -262,9 +262,10 @@ static void crop_copy(int nd, int64_t ch, const int64_t *full, const int64_t *of
             }
 }
 
-static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64_t i, char *msg, size_t len) {
-    augment_plan plan;
-    augment_draw(&L->aug, L->seed, s->epoch, i, L->nd, L->full, L->train, &plan);
+// Sample i as read or cached (or straight into the batch at pos, when nothing follows the read):
+// *x its inputs, *t its labels or values, *cropped whether the read already took plan's crop.
+static int sample_fetch(gl_loader *L, worker *w, slot *s, int64_t pos, int64_t i, const augment_plan *plan,
+                        const float **xo, const void **to, int *croppedo, char *msg, size_t len) {
     const float *x = NULL, *v = NULL;
     const int32_t *l = NULL;
     int cropped = 0, mask = L->shape.target != TARGET_VALUES;
@@ -288,11 +289,11 @@ static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64
             // batch when nothing follows the read (no rotation or shift): one copy less per sample
             int crop = L->aug.crop > 0;
             float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
-            if (augment_is_identity(&plan.axes) && !plan.shift[0] && !plan.shift[1] && !plan.shift[2]) {
+            if (augment_is_identity(&plan->axes) && !plan->shift[0] && !plan->shift[1] && !plan->shift[2]) {
                 bx = s->x + pos * L->shape.size;
                 bt = mask ? (float *)(void *)(s->labels + pos * L->shape.tsize) : s->values + pos * L->shape.tsize;
             }
-            if (L->ops->read(L->src, w->cur, i, crop ? plan.crop : NULL, bx, mask ? (int32_t *)bt : NULL,
+            if (L->ops->read(L->src, w->cur, i, crop ? plan->crop : NULL, bx, mask ? (int32_t *)bt : NULL,
                              mask ? NULL : bt, msg, len))
                 return -1;
             x = bx;
@@ -306,7 +307,17 @@ static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64
             else v = L->cache_v + i * L->tfull_n;
         }
     }
-    const void *t = mask ? (const void *)l : (const void *)v;
+    *xo = x, *to = mask ? (const void *)l : (const void *)v, *croppedo = cropped;
+    return 0;
+}
+
+static int make_sample_from(gl_loader *L, worker *w, slot *s, int64_t pos, int64_t i, char *msg, size_t len) {
+    augment_plan plan;
+    augment_draw(&L->aug, L->seed, s->epoch, i, L->nd, L->full, L->train, &plan);
+    const float *x;
+    const void *t;
+    int cropped, mask = L->shape.target != TARGET_VALUES;
+    if (sample_fetch(L, w, s, pos, i, &plan, &x, &t, &cropped, msg, len)) return -1;
     int64_t ext[3] = {1, 1, 1}, c = L->shape.shape.d[0], tc = L->tspatial == 2 ? L->tfull.d[0] : 1;
     for (int k = 0; k < L->nd; k++) ext[k] = L->full[k];
     if (L->aug.crop > 0) {
