@@ -281,6 +281,14 @@ typedef struct gl_backend {
     void (*upsample_backward)(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy,
                               float *dx);
     // (end pool-norm region)
+
+    // ---- attention (transformers): owned by src/backend/cpu/cpu_attention.c ----
+    // (begin attention region)
+    // (end attention region)
+
+    // ---- token ops (patches, position embeddings, pooling, drop path): src/backend/cpu/cpu_tokens.c ----
+    // (begin token region)
+    // (end token region)
 } gl_backend;
 
 const gl_backend *backend_cpu(void);

@@ -27,11 +27,17 @@ typedef struct {
     int fan_in, fan_out;
 } gl_param;
 
+// What a kind's inputs must be (checked by graph_build before infer, so a misplaced layer is
+// named with its recipe line): anything, maps and vectors [C, spatial...] (not tokens), or
+// tokens [T, D] (transformer layers: a patch_embed makes them).
+typedef enum { GL_TAKES_ANY = 0, GL_TAKES_SPATIAL, GL_TAKES_TOKENS } gl_takes;
+
 typedef struct layer_kind {
     const char *name;
     const char *doc;
     const key_spec *keys;  // NULL-terminated; offsets are i * sizeof(gl_value)
     int min_inputs, max_inputs;
+    gl_takes takes;
     // Sets l->out.shape, l->params[] (shapes, sizes), l->flops; returns 0, or -1 with a
     // message in err that names the shapes (the caller adds the layer and its recipe line).
     int (*infer)(layer_t *l, char *err, size_t errlen);

@@ -1,6 +1,9 @@
 // tensor.h: shapes and activation tensors. Layout is channels-first (NCHW / NCDHW): a
 // per-sample shape lists C, then the spatial dimensions; the batch dimension N comes first
 // in memory and is not part of gl_shape.
+// Token tensors (transformers) are [T, D]: T tokens of D features each, token-major (a token's
+// D features are contiguous), marked tokens = true. A [T, D] token tensor and a [C, L] map
+// have the same memory size but not the same meaning: layers say which they take (layer.h).
 #ifndef GALLEY_TENSOR_H
 #define GALLEY_TENSOR_H
 
@@ -13,6 +16,7 @@
 typedef struct {
     int ndim;
     int64_t d[GL_MAX_DIMS];
+    bool tokens;  // [T, D] tokens x features (ndim 2); false: [C, spatial...] or flat [K]
 } gl_shape;
 
 typedef struct {
@@ -25,8 +29,10 @@ typedef struct {
 int64_t shape_size(const gl_shape *s);
 // Same number of dimensions and the same extents.
 bool shape_equal(const gl_shape *a, const gl_shape *b);
-// "[3, 32, 32]"
+// "[3, 32, 32]"; tokens "[T 64, D 192]"
 void shape_format(const gl_shape *s, char *buf, size_t len);
 gl_shape shape_1d(int64_t n);
+// [t, d] tokens.
+gl_shape shape_tokens(int64_t t, int64_t d);
 
 #endif

@@ -51,6 +51,33 @@ static int64_t graph_fuse_acts(gl_graph *g) {
     return saved;
 }
 
+// The kind's gl_takes against its inputs, and inputs of one layer all tokens or none: 0, or -1
+// after printing an error at the layer's recipe line that says what to put in between.
+static int graph_check_takes(const layer_t *l, FILE *err) {
+    const layer_cfg *c = l->cfg;
+    for (int j = 0; j < l->nin; j++) {
+        const gl_shape *s = &l->in[j]->shape;
+        char shape[64];
+        shape_format(s, shape, sizeof shape);
+        const char *why = NULL;
+        if (l->kind->takes == GL_TAKES_TOKENS && !s->tokens)
+            why = "takes tokens [T, D], got %s: put a patch_embed before it (maps -> tokens)";
+        else if (l->kind->takes == GL_TAKES_SPATIAL && s->tokens)
+            why = "takes maps or vectors [C, ...], got tokens %s: put an unpatch (tokens -> a map), token_pool or "
+                  "flatten before it";
+        else if (j > 0 && s->tokens != l->in[0]->shape.tokens)
+            why = "cannot mix tokens and maps in its inputs (input %s is not like the first)";
+        if (why) {
+            char what[256];
+            snprintf(what, sizeof what, why, shape);
+            fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): a %s layer %s\n", c->mark.file, c->mark.line,
+                    c->mark.col, l->index, c->name, l->kind->name, what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be, FILE *err) {
     memset(g, 0, sizeof *g);
     g->be = be;
@@ -84,6 +111,7 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
                     c->kind->max_inputs, l->nin);
             return -1;
         }
+        if (graph_check_takes(l, err) != 0) return -1;
         char msg[512] = "";
         if (c->kind->infer(l, msg, sizeof msg) != 0) {
             char ins[256] = "", one[64];

@@ -231,6 +231,7 @@ const layer_kind layer_conv = {
     .keys = keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .takes = GL_TAKES_SPATIAL,
     .infer = conv_infer,
     .init = conv_init,
     .forward = conv_forward,

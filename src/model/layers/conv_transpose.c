@@ -186,6 +186,7 @@ const layer_kind layer_conv_transpose = {
     .keys = keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .takes = GL_TAKES_SPATIAL,
     .infer = convt_infer,
     .init = convt_init,
     .forward = convt_forward,

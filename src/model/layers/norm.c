@@ -100,6 +100,7 @@ const layer_kind layer_batch_norm = {
     .keys = bn_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .takes = GL_TAKES_SPATIAL,
     .infer = bn_infer,
     .init = affine_init,
     .forward = bn_forward,

@@ -104,6 +104,7 @@ const layer_kind layer_upsample = {
     .keys = upsample_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .takes = GL_TAKES_SPATIAL,
     .infer = upsample_infer,
     .forward = upsample_forward,
     .backward = upsample_backward,
