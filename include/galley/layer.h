@@ -38,6 +38,10 @@ typedef struct layer_kind {
     const key_spec *keys;  // NULL-terminated; offsets are i * sizeof(gl_value)
     int min_inputs, max_inputs;
     gl_takes takes;
+    // work (layer_t.work_floats) is the CPU's im2col columns, which a backend with its own
+    // convolution workspace (cuDNN) does not need: the graph then gives this kind none. Kinds
+    // without it keep their work on every backend (attention's backward temporaries).
+    bool im2col_work;
     // Sets l->out.shape, l->params[] (shapes, sizes), l->flops; returns 0, or -1 with a
     // message in err that names the shapes (the caller adds the layer and its recipe line).
     int (*infer)(layer_t *l, char *err, size_t errlen);
@@ -74,8 +78,9 @@ struct layer {
     int64_t scratch_floats;  // per-step memory kept from forward to backward (e.g. argmax, dropout's mask)
     float *state, *scratch;
     // Sized by infer: memory used only inside one forward or backward call (the CPU's im2col
-    // columns). Every layer's is the same buffer, as large as the largest (graph_bind); none
-    // where the backend keeps its own (gl_backend.own_conv_workspace: work_floats is then 0).
+    // columns, attention's backward temporaries). Every layer's is the same buffer, as large as
+    // the largest (graph_bind); none for im2col_work kinds where the backend keeps its own
+    // (gl_backend.own_conv_workspace: work_floats is then 0).
     int64_t work_floats;
     float *work;
     // Set by graph_build: where this output's gradient lies in the gradients' pool, in floats

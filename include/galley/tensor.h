@@ -17,6 +17,10 @@ typedef struct {
     int ndim;
     int64_t d[GL_MAX_DIMS];
     bool tokens;  // [T, D] tokens x features (ndim 2); false: [C, spatial...] or flat [K]
+    // Tokens made from patches (patch_embed): the patch grid {D, H, W} (2D: {1, h, w}) and the
+    // patch size {pd, ph, pw}, which per-token layers carry along and unpatch reads back;
+    // zeros otherwise. Not compared by shape_equal.
+    int64_t grid[3], patch[3];
 } gl_shape;
 
 typedef struct {

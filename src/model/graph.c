@@ -132,7 +132,7 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
         g->flops += l->flops;
         act += l->out.size;
         extra += (double)l->state_floats + (double)l->scratch_floats;
-        if (be->own_conv_workspace) l->work_floats = 0;
+        if (be->own_conv_workspace && l->kind->im2col_work) l->work_floats = 0;
         if (l->work_floats > g->work_floats) g->work_floats = l->work_floats;
     }
     if (r->model.fuse) act -= graph_fuse_acts(g);
@@ -301,8 +301,9 @@ void graph_summary(const gl_graph *g, FILE *out) {
         fprintf(out, "  of which the outputs' gradients take %s, each its own", gm);
     else
         fprintf(out, "  of which the outputs' gradients take %s, shared by lifetime (%s were each its own)", gm, sm);
-    if (g->work_floats)  // the CPU's im2col columns (layer_t.work)
-        fprintf(out, "; the convolutions share %s of im2col space (none on a GPU: cuDNN has its own)", wm);
+    if (g->work_floats)  // the CPU's im2col columns, attention's backward temporaries (layer_t.work)
+        fprintf(out, "; the layers share %s of work space within a call (the convolutions' im2col columns: "
+                     "none on a GPU, cuDNN has its own)", wm);
     fputc('\n', out);
 }
 

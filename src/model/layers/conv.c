@@ -232,6 +232,7 @@ const layer_kind layer_conv = {
     .min_inputs = 1,
     .max_inputs = 1,
     .takes = GL_TAKES_SPATIAL,
+    .im2col_work = true,
     .infer = conv_infer,
     .init = conv_init,
     .forward = conv_forward,

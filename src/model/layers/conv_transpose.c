@@ -187,6 +187,7 @@ const layer_kind layer_conv_transpose = {
     .min_inputs = 1,
     .max_inputs = 1,
     .takes = GL_TAKES_SPATIAL,
+    .im2col_work = true,
     .infer = convt_infer,
     .init = convt_init,
     .forward = convt_forward,
