@@ -11,8 +11,11 @@ MODEL is one of:
   cosmoflow  4x32x32x32 -> 5 x [conv3d k3 same (32..512), leaky_relu 0.3, maxpool3d 2] -> flatten
              -> dense 128 -> dropout 0.5 -> dense 64 -> dropout 0.5 -> dense 4 -> tanh x 1.2;
              batch 8; MSE (recipes/cosmoflow.yaml with data.synthetic.size=32)
+  vit_tiny   3x32x32 -> patch 4 -> 64 tokens of 192 -> pos -> 6 pre-norm blocks (3 heads, MLP 768,
+             exact GELU) -> layer_norm -> token mean -> dense 6; batch 64; softmax cross-entropy;
+             AdamW (recipes/vit-tiny.yaml; tests/bench/torch_vit.py; SDPA where torch has it)
 
-fp32, SGD momentum 0.9, synthetic data held in memory as tensors; each step gathers a batch of
+fp32, SGD momentum 0.9 (vit_tiny: AdamW lr 1e-3, weight decay 0.05), synthetic data held in memory as tensors; each step gathers a batch of
 rows by a shuffled index (as galley gathers its batches). After W warm-up steps it times only
 the training steps (batch gather, forward, loss, backward, optimizer.step, zero_grad): N steps,
 or with --seconds as many as fill about S seconds (at least --min-steps). Prints one JSON line:
@@ -37,6 +40,9 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_vit import ViT  # noqa: E402
 
 
 class Cosmo(nn.Module):
@@ -76,7 +82,10 @@ def build(model):
         return net, (784,), 128, 8192, "ce", 10
     if model == "cosmoflow":
         return Cosmo(4), (4, 32, 32, 32), 8, 64, "mse", 4
-    raise SystemExit(f"torch_bench.py: unknown model {model!r} (small_cnn, mlp, cosmoflow)")
+    if model == "vit_tiny":
+        net = ViT(3, (32, 32), 4, 192, 6, 3, head="classes", classes=6, sdpa=True)
+        return net, (3, 32, 32), 64, 4096, "ce", 6
+    raise SystemExit(f"torch_bench.py: unknown model {model!r} (small_cnn, mlp, cosmoflow, vit_tiny)")
 
 
 def main():
@@ -104,7 +113,10 @@ def main():
     else:
         y_all = torch.rand(n_train, classes) * 2 - 1
         loss_fn = nn.MSELoss()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+    if args.model == "vit_tiny":
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
 
     per_epoch = n_train // batch
     state = {"perm": torch.randperm(n_train), "i": 0}
