@@ -7,8 +7,9 @@
 # Without a GPU it prints "no GPU: skipped" and exits 0 at once. Whole run: about BENCH_BUDGET
 # seconds (default 240), never more than BENCH_SECONDS when that is set (the caller's time left).
 #
-# Models: the SC22 3D U-Net (recipes/unet3d.yaml, 64^3 crops, batch 64) and ResNet-18 (CIFAR
-# form, recipes/resnet18.yaml, 32x32, batch 128). Columns, each its own process:
+# Models: the SC22 3D U-Net (recipes/unet3d.yaml, 64^3 crops, batch 64), ResNet-18 (CIFAR
+# form, recipes/resnet18.yaml, 32x32, batch 128) and the NERSC tutorial's weather ViT
+# (recipes/vit.yaml, 20x360x720, 4,050 tokens, batch 16; PyTorch through SDPA). Columns, each its own process:
 #   galley PREC        `galley train RECIPE train.device=cuda train.precision=PREC ...` on the
 #                      recipe's synthetic data (its host data pipeline, the gather and upload of
 #                      every batch, is timed); PREC is BENCH_GALLEY_PRECISION, default bf16 (what
@@ -45,8 +46,8 @@
 #                       tests/bench/.venv/bin/python, python3, /usr/bin/python3)
 #   BENCH_BUDGET        seconds for the whole benchmark (default 240)
 #   BENCH_SECONDS       a hard limit on that (tests/gpu/run.sh sets it to its time left)
-#   BENCH_MODELS        default "unet3d resnet18"
-#   BENCH_UNET_BATCH    default 64;   BENCH_RESNET_BATCH  default 128
+#   BENCH_MODELS        default "unet3d resnet18 vit"
+#   BENCH_UNET_BATCH    default 64;   BENCH_RESNET_BATCH  default 128;   BENCH_VIT_BATCH  default 16
 #   BENCH_UNET_FALLBACK the U-Net's batch when galley runs out of GPU memory (default 16)
 #   BENCH_COMPILE_MODES torch.compile modes to try, in order (default "reduce-overhead
 #                       max-autotune"): the first for every model, the others as time allows
@@ -76,7 +77,7 @@ fi
 BUDGET=${BENCH_BUDGET:-240}
 if [[ -n ${BENCH_SECONDS:-} ]] && ((BENCH_SECONDS < BUDGET)); then BUDGET=$BENCH_SECONDS; fi
 DEADLINE=$((BUDGET - 10)) # the last run ends by then (seconds after the start): the table takes a few
-MODELS=${BENCH_MODELS:-"unet3d resnet18"}
+MODELS=${BENCH_MODELS:-"unet3d resnet18 vit"}
 COMPILE_MODES=${BENCH_COMPILE_MODES:-"reduce-overhead max-autotune"}
 GPU_ID=${CUDA_VISIBLE_DEVICES:-0}
 GPU_ID=${GPU_ID%%,*}
@@ -102,6 +103,7 @@ RUNS=$WORK/runs.tsv # model kind batch rc wall_s smi_peak_mib box_s log note
 declare -A BATCH PARAMS MFLOPS NOTE
 BATCH[unet3d]=${BENCH_UNET_BATCH:-64}
 BATCH[resnet18]=${BENCH_RESNET_BATCH:-128}
+BATCH[vit]=${BENCH_VIT_BATCH:-16}
 
 recipe_of() { echo "$ROOT/recipes/$1.yaml"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }

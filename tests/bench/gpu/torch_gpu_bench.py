@@ -16,6 +16,12 @@ a different count an error):
             start with stride 2 and a 1x1 conv + batch-norm shortcut) -> global average pool ->
             dense 6; softmax cross-entropy; SGD lr 0.1, momentum 0.9, Nesterov, weight decay
             5e-4 on the weights with 2 or more axes (exclude_1d). Default S 32, batch 128.
+  vit       recipes/vit.yaml, the NERSC tutorial's weather ViT: 20 x S x 2S -> patch 8 -> 12 pre-norm
+            blocks (dim 384, 8 heads, MLP 1536, LayerNorm eps 1e-6) -> the tutorial's unpatch head;
+            relative L2 loss; Adam (lr 5e-4, betas 0.9/0.95). Attention through
+            F.scaled_dot_product_attention (tests/bench/torch_vit.py). Default S 360 (4,050
+            tokens), batch 16. Its FLOPs count leaves out the attention products (4 T^2 D per
+            block and sample), which the hooks below do not see.
   The recipes' learning-rate schedules are left out: a scalar per step, no measurable time.
 
 MODE:
@@ -51,6 +57,7 @@ Smoke test on a CPU (tiny sizes; the U-Net needs S a multiple of 64):
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import warnings
@@ -62,7 +69,10 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-MODELS = ("unet3d", "resnet18")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_vit import ViT, rel_l2  # noqa: E402
+
+MODELS = ("unet3d", "resnet18", "vit")
 MODES = ("fp32", "amp", "compile")
 
 
@@ -155,6 +165,12 @@ def build(model, size, batch):
             return torch.optim.SGD(groups, lr=0.1, momentum=0.9, nesterov=True, **fused)
 
         return ResNet18(3, 6), (3, size, size), "ce", 6, opt
+    if model == "vit":
+        def opt(params, fused):
+            return torch.optim.Adam(params, lr=5e-4, betas=(0.9, 0.95), **fused)
+
+        net = ViT(20, (size, 2 * size), 8, 384, 12, 8, head="unpatch", out_chans=20, eps=1e-6, sdpa=True)
+        return net, (20, size, 2 * size), "rel_l2", 20, opt
     raise SystemExit(f"torch_gpu_bench.py: unknown model {model!r} ({', '.join(MODELS)})")
 
 
@@ -245,6 +261,9 @@ def run(args, result):
     if loss_kind == "l1":
         y = torch.rand(args.batch, outs, *shape[1:], device=dev) * 2 - 1
         loss_fn = nn.L1Loss()
+    elif loss_kind == "rel_l2":
+        y = torch.randn(args.batch, outs, *shape[1:], device=dev)
+        loss_fn = rel_l2
     else:
         y = torch.randint(0, outs, (args.batch,), device=dev)
         loss_fn = nn.CrossEntropyLoss()
@@ -351,9 +370,9 @@ def main():
                     "parameters and FLOPs")
     args = ap.parse_args()
     if args.batch <= 0:
-        args.batch = 64 if args.model == "unet3d" else 128
+        args.batch = {"unet3d": 64, "vit": 16}.get(args.model, 128)
     if args.size <= 0:
-        args.size = 64 if args.model == "unet3d" else 32
+        args.size = {"unet3d": 64, "vit": 360}.get(args.model, 32)
     if args.warmup <= 0:
         args.warmup = 5 if args.mode == "compile" else 3
 
