@@ -19,8 +19,8 @@ JOBS=${GALLEY_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # Debian/Ubuntu packages. BUILD_PACKAGES build galley (all the image's build stage needs); gfortran
 # brings libgfortran.a, which the static OpenBLAS (its LAPACK part) needs. TEST_PACKAGES are what
 # the test suite adds: a Python venv for TensorBoard/h5py readers, Chromium to render reports,
-# Slurm and munge for the srun tests, h5diff to compare checkpoints, shellcheck for the shell files, and podman, buildah and
-# debootstrap for the image tests.
+# Slurm and munge for the srun tests, h5diff to compare checkpoints, shellcheck for the shell files, podman, buildah and
+# debootstrap for the image tests, and Debian's PyTorch with h5py for the transformer parity test.
 BUILD_PACKAGES=(
     build-essential cmake pkg-config
     libyaml-dev libhdf5-dev libaec-dev zlib1g-dev
@@ -35,6 +35,7 @@ TEST_PACKAGES=(
     shellcheck procps  # procps: pgrep, for the failing-rank test
     podman buildah debootstrap
     fuse-overlayfs squashfuse squashfs-tools inotify-tools  # podman-hpc's squashed images (test_image_podman_hpc)
+    python3-torch python3-h5py python3-numpy  # tests/e2e/test_transformer_parity.sh (/usr/bin/python3)
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 
