@@ -42,6 +42,9 @@ typedef struct layer_kind {
     // convolution workspace (cuDNN) does not need: the graph then gives this kind none. Kinds
     // without it keep their work on every backend (attention's backward temporaries).
     bool im2col_work;
+    // Optional: what its scratch keeps from forward to backward and how it grows, for the memory
+    // plan `galley check` prints (e.g. attention: "linear in T: no T x T matrix").
+    const char *scratch_doc;
     // Sets l->out.shape, l->params[] (shapes, sizes), l->flops; returns 0, or -1 with a
     // message in err that names the shapes (the caller adds the layer and its recipe line).
     int (*infer)(layer_t *l, char *err, size_t errlen);

@@ -269,6 +269,39 @@ static void human_bytes(double b, char *buf, size_t len) {
     snprintf(buf, len, k ? "%.1f %s" : "%.0f %s", b, u[k]);
 }
 
+// "  kept from forward to backward: attention 1.1 GiB (12 layers; linear in T), ...": the layers'
+// scratch (layer_t.scratch_floats) by kind, largest first, for the kinds that keep any.
+static void summary_scratch(const gl_graph *g, FILE *out) {
+    const layer_kind *kinds[64];
+    double floats[64];
+    int layers[64], nk = 0;
+    for (int i = 0; i < g->nlayers; i++) {
+        const layer_t *l = &g->layers[i];
+        if (!l->scratch_floats) continue;
+        int k = 0;
+        while (k < nk && kinds[k] != l->kind) k++;
+        if (k == nk) {
+            if (nk == 64) continue;
+            kinds[nk] = l->kind, floats[nk] = 0, layers[nk++] = 0;
+        }
+        floats[k] += (double)l->scratch_floats, layers[k]++;
+    }
+    if (!nk) return;
+    fprintf(out, "  kept from forward to backward at batch %lld:", (long long)g->batch);
+    for (int done = 0; done < nk; done++) {
+        int best = 0;
+        for (int k = 1; k < nk; k++)
+            if (floats[k] > floats[best]) best = k;
+        char mem[32];
+        human_bytes(floats[best] * sizeof(float), mem, sizeof mem);
+        fprintf(out, "%s %s %s (%d layer%s%s%s)", done ? "," : "", kinds[best]->name, mem, layers[best],
+                layers[best] == 1 ? "" : "s", kinds[best]->scratch_doc ? "; " : "",
+                kinds[best]->scratch_doc ? kinds[best]->scratch_doc : "");
+        floats[best] = -1;
+    }
+    fputc('\n', out);
+}
+
 void graph_summary(const gl_graph *g, FILE *out) {
     char shape[64], mem[32];
     fprintf(out, "%-4s %-20s %-12s %-18s %12s %14s %12s\n", "#", "layer", "type", "output", "params",
@@ -305,6 +338,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
         fprintf(out, "; the layers share %s of work space within a call (the convolutions' im2col columns: "
                      "none on a GPU, cuDNN has its own)", wm);
     fputc('\n', out);
+    summary_scratch(g, out);
 }
 
 void graph_free(gl_graph *g) {
