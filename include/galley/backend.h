@@ -150,6 +150,12 @@ typedef struct gl_backend {
     // Mean squared (LOSS_MSE) or absolute (LOSS_L1) error over count elements (target: host);
     // writes the gradient into dpred unless NULL.
     double (*regression_loss)(int kind, int64_t count, const float *pred, const float *target, float *dpred);
+    // Relative L2 error (LOSS_L2_RELATIVE): pred and target (host) are `units` runs of `len`
+    // contiguous elements (a sample each, or a sample's channel: [N, C, S] -> N*C units of S);
+    // returns the mean over units of ||pred_u - target_u||_2 / max(||target_u||_2, GL_L2_RELATIVE_EPS)
+    // and writes its gradient into dpred unless NULL (0 where pred_u == target_u). Each unit's
+    // sums are in double in a fixed order, then added in unit order.
+    double (*l2_relative_loss)(int64_t units, int64_t len, const float *pred, const float *target, float *dpred);
     // Optional (NULL: src/model/metrics.c reads the output on the host): metrics_add's sums over
     // one part, computed where out lives, so the output never travels to the host. class_like
     // (TARGET_CLASS or TARGET_MASK): out (N,C,S) with labels (N,S) (host, as the loss call just

@@ -16,7 +16,10 @@ static inline const char *recipe_precision_name(int p) {
 }
 
 // train.loss, in the order of its choices in schema.c.
-enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2 };
+enum { LOSS_SOFTMAX_XENT = 0, LOSS_MSE = 1, LOSS_L1 = 2, LOSS_L2_RELATIVE = 3 };
+// l2_relative's floor on a target's norm (backend.h's l2_relative_loss): an all-zero target
+// divides by this, not by 0, so its term is finite (and huge: such data needs another loss).
+#define GL_L2_RELATIVE_EPS 1e-12
 
 // The most classes mean_iou counts (backend.h's metrics_sums; loss.h's metrics).
 #define GL_MAX_IOU_CLASSES 64

@@ -43,7 +43,8 @@ enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
 enum { DECAY_CONSTANT = 0, DECAY_MULTISTEP = 1, DECAY_COSINE = 2, DECAY_POLY = 3 };
 enum { SCALE_NONE = 0, SCALE_LINEAR = 1, SCALE_SQRT = 2 };
-enum { METRIC_NONE = 0, METRIC_ACCURACY, METRIC_TOPK, METRIC_LOSS, METRIC_MAE, METRIC_MEAN_IOU };
+enum { METRIC_NONE = 0, METRIC_ACCURACY, METRIC_TOPK, METRIC_LOSS, METRIC_MAE, METRIC_MEAN_IOU, METRIC_L2_RELATIVE };
+enum { L2REL_PER_SAMPLE = 0, L2REL_PER_CHANNEL = 1 };
 
 typedef struct {
     const char *name;
@@ -85,6 +86,7 @@ typedef struct {
     struct {
         int64_t steps, epochs, batch_size, threads, eval_every, top_k;
         int loss, nonfinite;
+        int l2_relative_per;  // L2REL_PER_*: what one ratio of the l2_relative loss covers
         int device;         // DEVICE_*
         int precision;      // PRECISION_*: as written (auto is resolved when the device is bound)
         bool cuda_graphs;   // record and replay each forward and backward pass on a GPU

@@ -202,7 +202,8 @@ void mllog_eval(gl_mllog *m, double t0, double t1, int64_t epoch, int64_t sample
     mllog_line(m, t0, "INTERVAL_START", "eval_start", "null", meta);
     snprintf(meta, sizeof meta, "\"epoch_num\": %lld, \"samples_count\": %lld", (long long)epoch, (long long)samples);
     snprintf(val, sizeof val, isfinite(v) ? "%.10g" : "null", v);
-    mllog_line(m, t1, "POINT", metric == METRIC_MAE ? "eval_error" : "eval_accuracy", val, meta);
+    bool error = metric == METRIC_MAE || metric == METRIC_L2_RELATIVE;  // lower is better
+    mllog_line(m, t1, "POINT", error ? "eval_error" : "eval_accuracy", val, meta);
     mllog_line(m, t1, "INTERVAL_END", "eval_stop", "null", meta);
     if (reached && isnan(m->t_target)) m->t_target = t1;
 }

@@ -19,18 +19,20 @@ const char *metric_short(int metric) {
     case METRIC_TOPK: return "top_k";
     case METRIC_MAE: return "mae";
     case METRIC_MEAN_IOU: return "miou";
+    case METRIC_L2_RELATIVE: return "l2rel";
     case METRIC_LOSS: return "loss";
     default: return "?";
     }
 }
 
 void metric_set_from(gl_metric_set *s, const gl_metrics *m) {
-    static const int order[] = {METRIC_ACCURACY, METRIC_TOPK, METRIC_MAE, METRIC_MEAN_IOU};
+    static const int order[] = {METRIC_ACCURACY, METRIC_TOPK, METRIC_MAE, METRIC_MEAN_IOU, METRIC_L2_RELATIVE};
     s->n = 0;
     for (size_t i = 0; i < sizeof order / sizeof *order && s->n < GL_LOG_MAX_METRICS; i++) {
         int id = order[i];
         if (!metrics_applies(m->target, id)) continue;
         if (id == METRIC_TOPK && m->classes <= m->k) continue;  // always 1: not worth a column
+        if (id == METRIC_L2_RELATIVE && !m->rel_units) continue;  // tracked when the recipe names it
         s->id[s->n] = id;
         s->v[s->n++] = metrics_value(m, id);
     }

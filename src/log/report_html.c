@@ -38,6 +38,7 @@ static const char *metric_title(const char *m) {
     if (!strcmp(m, "top_k")) return "Top-k accuracy";
     if (!strcmp(m, "mae")) return "Mean absolute error";
     if (!strcmp(m, "mean_iou")) return "Mean IoU";
+    if (!strcmp(m, "l2_relative")) return "Relative L2 error";
     return m;
 }
 

@@ -355,9 +355,10 @@ static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
     } else if (above == below) {
         rctx_error(c, m, "train.target", "give exactly one of 'above' or 'below' for the target metric");
     } else {
-        int m_ = r->train.target.metric, downward = m_ == METRIC_LOSS || m_ == METRIC_MAE;
+        int m_ = r->train.target.metric;
+        int downward = m_ == METRIC_LOSS || m_ == METRIC_MAE || m_ == METRIC_L2_RELATIVE;
         const char *name = m_ == METRIC_ACCURACY ? "accuracy" : m_ == METRIC_TOPK ? "top_k" : m_ == METRIC_LOSS ? "loss"
-                           : m_ == METRIC_MAE ? "mae" : "mean_iou";
+                           : m_ == METRIC_MAE ? "mae" : m_ == METRIC_L2_RELATIVE ? "l2_relative" : "mean_iou";
         if (downward && above)
             rctx_error(c, m, "train.target.above", "%s improves downwards: use 'below'", name);
         else if (!downward && below)

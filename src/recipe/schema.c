@@ -18,6 +18,7 @@ static bool is_vector_kind(const void *b) { return synth_kind_reads(kind_of(b), 
 static bool is_field_kind(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_SIZE); }
 static bool has_channels(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_CHANNELS); }
 static bool is_xent(const void *b) { return R(b)->train.loss == LOSS_SOFTMAX_XENT; }
+static bool is_l2_relative(const void *b) { return R(b)->train.loss == LOSS_L2_RELATIVE; }
 static bool is_sgd(const void *b) { return R(b)->optimizer.type == OPT_SGD; }
 static bool is_adam_like(const void *b) { return optim_rule(R(b)->optimizer.type)->adam; }
 static bool is_multistep(const void *b) { return R(b)->optimizer.schedule.decay == DECAY_MULTISTEP; }
@@ -37,14 +38,16 @@ static const char *const transform_choices[] = {"none", "log1p", NULL};
 static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
 static const char *const cache_choices[] = {"none", "memory", NULL};
 static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
-static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", NULL};
+static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", "l2_relative", NULL};
+static const char *const l2_relative_per_choices[] = {"sample", "channel", NULL};
 static const char *const nonfinite_choices[] = {"stop", "skip", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const precision_choices[] = {"auto", "fp32", "tf32", "bf16", "fp16", NULL};
 static const char *const unit_choices[] = {"steps", "epochs", NULL};
 static const char *const decay_choices[] = {"constant", "multistep", "cosine", "poly", NULL};
 static const char *const scaling_choices[] = {"none", "linear", "sqrt", NULL};
-static const char *const metric_choices[] = {"none", "accuracy", "top_k", "loss", "mae", "mean_iou", NULL};
+static const char *const metric_choices[] = {"none", "accuracy", "top_k", "loss", "mae", "mean_iou", "l2_relative",
+                                             NULL};
 
 static const key_spec synthetic_keys[] = {
     {"kind", KT_ENUM, KF_DEFAULT, "spirals", NO_RANGE, synth_kind_choices, OFF(data.synthetic.kind), NULL,
@@ -208,12 +211,13 @@ static const key_spec model_keys[] = {
 static const key_spec target_keys[] = {
     {"metric", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, metric_choices, OFF(train.target.metric), NULL,
      "validation metric that ends training once it passes the threshold (none: no target): accuracy "
-     "(per sample or per pixel), top_k (classification; k is train.top_k), loss, mae (regression), mean_iou (segmentation)"},
+     "(per sample or per pixel), top_k (classification; k is train.top_k), loss, mae (regression), mean_iou "
+     "(segmentation), l2_relative (regression: the relative L2 error, reduced as train.l2_relative_per)"},
     {"above", KT_FLOAT, KF_OPTIONAL, NULL, -GL_INF, GL_INF, NULL, OFF(train.target.above), NULL,
      "stop when the metric is >= this (accuracy, top_k, mean_iou); give above or below, not both",
      has_target, "train.target.metric is set"},
     {"below", KT_FLOAT, KF_OPTIONAL, NULL, -GL_INF, GL_INF, NULL, OFF(train.target.below), NULL,
-     "stop when the metric is <= this (loss, mae)",
+     "stop when the metric is <= this (loss, mae, l2_relative)",
      has_target, "train.target.metric is set"},
     KEY_END,
 };
@@ -256,7 +260,15 @@ static const key_spec train_keys[] = {
      "binding share the node's cores)"},
     {"loss", KT_ENUM, KF_DEFAULT, "softmax_cross_entropy", NO_RANGE, loss_choices, OFF(train.loss), NULL,
      "softmax_cross_entropy (class labels, per sample or per pixel: softmax over the output's channels), "
-     "mse or l1 (regression and field-to-field targets; mean over all elements)"},
+     "mse or l1 (regression and field-to-field targets; mean over all elements), l2_relative (the same targets: "
+     "the mean of ||pred - target||_2 / ||target||_2, as the NERSC SC23 tutorial's FourCastNet-like ViT; a target "
+     "whose norm is below 1e-12 divides by 1e-12, a huge but finite loss)"},
+    {"l2_relative_per", KT_ENUM, KF_DEFAULT, "sample", NO_RANGE, l2_relative_per_choices, OFF(train.l2_relative_per),
+     NULL,
+     "what one ratio of l2_relative covers: sample (the whole flattened sample, as the tutorial; the mean over "
+     "samples) or channel (each channel of each sample over its positions; the mean over samples and channels). "
+     "The l2_relative metric is reduced the same way",
+     is_l2_relative, "train.loss is l2_relative"},
     {"class_weights", KT_FLOATS, KF_DEFAULT, "[]", 0, 1e6, NULL, OFF(train.class_weights), NULL,
      "one weight per class (as PyTorch's CrossEntropyLoss weight; DeepCAM uses frequency^-0.125); [] for none",
      is_xent, "train.loss is softmax_cross_entropy"},

@@ -22,7 +22,8 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
     if (r->train.loss == LOSS_SOFTMAX_XENT) {
         if (d.target == TARGET_VALUES) {
             say(err, recipe_mark(r, "train.loss"), "train.loss",
-                "softmax_cross_entropy needs class labels, but this data set has real-valued targets; use mse or l1",
+                "softmax_cross_entropy needs class labels, but this data set has real-valued targets; use mse, l1 "
+                "or l2_relative",
                 NULL);
             return -1;
         }
@@ -42,7 +43,8 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
         }
     } else if (d.target != TARGET_VALUES) {
         say(err, recipe_mark(r, "train.loss"), "train.loss",
-            "mse and l1 need real-valued targets, but this data set has class labels; use softmax_cross_entropy",
+            "mse, l1 and l2_relative need real-valued targets, but this data set has class labels; use "
+            "softmax_cross_entropy",
             NULL);
         return -1;
     }
@@ -54,7 +56,8 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
                 "%s:%d:%d: error: model.layers[%d] (%s): the model's output shape %s does not fit the loss: %s on "
                 "this data wants %s\n",
                 last->mark.file, last->mark.line, last->mark.col, g->nlayers - 1, last->name, got,
-                r->train.loss == LOSS_SOFTMAX_XENT ? "softmax_cross_entropy" : r->train.loss == LOSS_MSE ? "mse" : "l1",
+                r->train.loss == LOSS_SOFTMAX_XENT ? "softmax_cross_entropy" : r->train.loss == LOSS_MSE ? "mse"
+                : r->train.loss == LOSS_L1 ? "l1" : "l2_relative",
                 want);
         bad = 1;
     }
@@ -63,7 +66,7 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
         snprintf(msg, sizeof msg, "%s does not apply to this data set's targets (%s)", metrics_name(metric),
                  d.target == TARGET_CLASS ? "class labels: use accuracy, top_k or loss"
                  : d.target == TARGET_MASK ? "per-pixel classes: use accuracy, mean_iou or loss"
-                                           : "real values: use mae or loss");
+                                           : "real values: use mae, l2_relative or loss");
         say(err, recipe_mark(r, "train.target.metric"), "train.target.metric", msg, NULL);
         bad = 1;
     }

@@ -124,9 +124,9 @@ static int open_model(gl_run *u) {
     // fp16's loss scale continues from the checkpoint when it has one (not: older files, other precisions).
     u->scaler_restored = u->ck.scaler_saved && u->c.ls.on &&
                          loss_scale_restore(&u->c.ls, u->ck.scaler.scale, u->ck.scaler.good, u->ck.scaler.skipped) == 0;
-    metrics_init(&u->tm, &u->train, (int)r->train.top_k);
-    metrics_init(&u->vm, &u->val, (int)r->train.top_k);
-    metrics_init(&u->w.m, &u->train, (int)r->train.top_k);
+    metrics_init_run(&u->tm, &u->train, r);
+    metrics_init_run(&u->vm, &u->val, r);
+    metrics_init_run(&u->w.m, &u->train, r);
     lr_init(&u->lr, r, r->train.batch_size < u->train.n ? r->train.batch_size : u->train.n, u->steps_per_epoch,
             u->total_steps);
     return GL_EXIT_OK;

@@ -66,8 +66,8 @@ void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, co
         c->bn_sum = (gl_reducer){bn_sum, c};
         g->reduce = &c->bn_sum;
     }
-    metrics_init(&c->lm, train, (int)r->train.top_k);
-    metrics_init(&c->sm, train, (int)r->train.top_k);
+    metrics_init_run(&c->lm, train, r);
+    metrics_init_run(&c->sm, train, r);
 }
 
 void train_ctx_free(train_ctx *c) { gradsync_free(c->sync); }

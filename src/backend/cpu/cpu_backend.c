@@ -85,6 +85,7 @@ static const gl_backend cpu = {
     .act_backward_set = cpu_act_backward_set,
     .softmax_xent = cpu_softmax_xent,
     .regression_loss = cpu_regression_loss,
+    .l2_relative_loss = cpu_l2_relative_loss,
     .set_threads = cpu_set_threads,
     .set_precision = NULL,  // fp32 only (train.precision other than fp32 is refused for train.device cpu)
     // (begin conv region)

@@ -20,6 +20,7 @@ void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, co
 double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                         const float *weights, float *dlogits);
 double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
+double cpu_l2_relative_loss(int64_t units, int64_t len, const float *pred, const float *target, float *dpred);
 
 // (begin conv region)
 void cpu_conv_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y, float *scratch,

@@ -1,8 +1,10 @@
 // cpu_loss.c: losses on the model output.
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "galley/backend_types.h"  // LOSS_MSE
+#include "galley/backend_types.h"  // LOSS_MSE, GL_L2_RELATIVE_EPS
+#include "galley/check.h"          // gl_xmalloc
 
 // logits is (N,C,S), labels is (N,S) in [0,C), weights is (C) or NULL, dlogits is (N,C,S) or NULL.
 // Each (sample, position) pair is independent, so the loop parallelises; the sums are reduced
@@ -62,5 +64,34 @@ double cpu_regression_loss(int kind, int64_t count, const float *pred, const flo
             dpred[i] = (float)(kind == LOSS_MSE ? 2.0 * e * inv : (e > 0 ? inv : e < 0 ? -inv : 0.0));
         }
     }
+    return total * inv;
+}
+
+// pred, target and dpred are [units, len]; returns the mean over units of ||pred_u - target_u|| /
+// max(||target_u||, GL_L2_RELATIVE_EPS). Units run in parallel, each unit's sums serially in
+// double; the ratios are added in unit order, so the result does not depend on the thread count.
+double cpu_l2_relative_loss(int64_t units, int64_t len, const float *pred, const float *target, float *dpred) {
+    if (units <= 0) return 0.0;
+    double *ratio = gl_xmalloc(sizeof(double) * (size_t)units);
+    const double inv = 1.0 / (double)units;
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; u++) {
+        const float *p = pred + u * len, *t = target + u * len;
+        double ee = 0.0, tt = 0.0;
+        for (int64_t j = 0; j < len; j++) {
+            double e = (double)p[j] - (double)t[j];
+            ee += e * e;
+            tt += (double)t[j] * (double)t[j];
+        }
+        const double en = sqrt(ee), tn = fmax(sqrt(tt), GL_L2_RELATIVE_EPS);
+        ratio[u] = en / tn;
+        if (!dpred) continue;
+        // d/dp ||e|| / tn = e / (||e|| tn); 0 at e == 0, as torch.linalg.vector_norm's backward gives.
+        const double g = en > 0 ? inv / (en * tn) : 0.0;
+        for (int64_t j = 0; j < len; j++) dpred[u * len + j] = (float)(g * ((double)p[j] - (double)t[j]));
+    }
+    double total = 0.0;
+    for (int64_t u = 0; u < units; u++) total += ratio[u];
+    free(ratio);
     return total * inv;
 }

@@ -280,6 +280,7 @@ static const gl_backend cuda_table = {
     .act_backward_set = cuda_act_backward_set,
     .softmax_xent = cuda_softmax_xent,
     .regression_loss = cuda_regression_loss,
+    .l2_relative_loss = cuda_l2_relative_loss,
     .metrics_sums = cuda_metrics_sums,
     .set_threads = cu_set_threads,
     .set_precision = cu_set_precision,

@@ -138,6 +138,7 @@ void cuda_metrics_sums(bool class_like, bool topk, bool iou, int64_t n, int64_t 
 double cuda_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                          const float *weights, float *dlogits);
 double cuda_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
+double cuda_l2_relative_loss(int64_t units, int64_t len, const float *pred, const float *target, float *dpred);
 // cuda_conv.cu
 void cuda_conv_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                        float *scratch, int64_t scratch_floats);

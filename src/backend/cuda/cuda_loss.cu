@@ -8,7 +8,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_reduce.h"
 #include "galley/check.h"
-#include "galley/backend_types.h"  // LOSS_MSE
+#include "galley/backend_types.h"  // LOSS_MSE, GL_L2_RELATIVE_EPS
 
 // logits[N, C, S], labels[N, S], weights[C] or NULL -> partial[blocks] of sum w[y] * nll, and
 // dlogits[N, C, S] = w[y] * inv * (softmax - onehot) unless NULL (inv = 1 / sum w, from the host).
@@ -119,4 +119,42 @@ double cuda_regression_loss(int kind, int64_t count, const float *pred, const fl
     regression_k<<<blocks, GL_BLOCK, 0, cuda_ctx_get()->stream>>>(kind, count, inv, pred, dtarget, dpred, partial);
     CU_LAUNCHED();
     return cuda_partials_sum(partial, host, blocks) * inv;
+}
+
+// pred, target[units, len] -> partial[u] = ||e_u|| / max(||t_u||, eps), e = pred - target, and
+// dpred[units, len] = inv * e / (||e_u|| max(||t_u||, eps)) (0 where e_u == 0) unless NULL.
+// One block a unit: strided sums in double, the block's fixed tree, then the gradient pass.
+__global__ static void l2_relative_k(int64_t len, double inv, const float *pred, const float *target, float *dpred,
+                                     double *partial) {
+    const int64_t u = blockIdx.x;
+    const float *p = pred + u * len, *t = target + u * len;
+    double ee = 0.0, tt = 0.0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x) {
+        double e = (double)p[j] - (double)t[j];
+        ee += e * e;
+        tt += (double)t[j] * (double)t[j];
+    }
+    ee = cuda_block_sum(ee);
+    tt = cuda_block_sum(tt);
+    const double en = sqrt(ee), tn = fmax(sqrt(tt), GL_L2_RELATIVE_EPS);
+    if (threadIdx.x == 0) partial[u] = en / tn;
+    if (!dpred) return;
+    const double g = en > 0 ? inv / (en * tn) : 0.0;
+    for (int64_t j = threadIdx.x; j < len; j += blockDim.x)
+        dpred[u * len + j] = (float)(g * ((double)p[j] - (double)t[j]));
+}
+
+double cuda_l2_relative_loss(int64_t units, int64_t len, const float *pred, const float *target, float *dpred) {
+    if (units <= 0) return 0.0;
+    GL_CHECK(units <= 0x7fffffff, "l2_relative: at most 2^31 - 1 units (one block each)");
+    const double inv = 1.0 / (double)units;
+    const size_t bytes = sizeof(float) * (size_t)(units * len);
+    // Copied beside the step by input staging, else now (the stage is named: the metrics reuse it).
+    const float *dtarget = (const float *)cuda_prestaged(target, bytes);
+    if (!dtarget) dtarget = (const float *)cuda_stage(target, bytes);
+    double *host;
+    double *partial = cuda_partials(units, &host);
+    l2_relative_k<<<(unsigned)units, GL_BLOCK, 0, cuda_ctx_get()->stream>>>(len, inv, pred, dtarget, dpred, partial);
+    CU_LAUNCHED();
+    return cuda_partials_sum(partial, host, (unsigned)units) * inv;
 }
