@@ -95,7 +95,7 @@ static const gc_config configs[] = {
     {"dense", "    - {type: dense, units: 5}\n", TOK(4, 3), 0},
     {"dense", "    - {type: dense, units: 2, bias: false}\n", TOK(3, 4), 0},
     {"flatten", "    - {type: flatten}\n", TOK(3, 4), 0},
-    {"drop_path", "    - {type: drop_path, rate: 0.4}\n", TOK(3, 4), 0},
+    {"drop_path", "    - {type: drop_path, rate: 0.4}\n", TOK(3, 4), 0},  // seed 0, step 0: drops and keeps
     {"drop_path", "    - {type: drop_path, rate: 0.25}\n", S3(2, 3, 2), 0},
     {"token_pool", "    - {type: token_pool}\n", TOK(4, 3), 0},
     {"token_pool", "    - {type: token_pool, mode: class}\n", TOK(3, 4), 0},

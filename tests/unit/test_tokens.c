@@ -396,6 +396,74 @@ static void test_trunc_normal_init_is_the_tutorials(void **state)
     tl_model_free(&m);
 }
 
+// ---- the backend ops at sizes that run threaded -------------------------------------------------
+
+// image -> rows -> image is the identity, bit for bit, with 1 thread and with 4 (the same rows),
+// and the way back with accumulate adds.
+static void check_rearrange_round_trip(int64_t n, int64_t c, const int64_t in[3], const int p[3], int c_last)
+{
+    const gl_backend *be = backend_cpu();
+    int64_t size = n * c * in[0] * in[1] * in[2];
+    float *img = falloc(size), *rows1 = falloc(size), *rows4 = falloc(size), *back = falloc(size);
+    tl_fill_uniform(img, size, -1.0f, 1.0f, 91);
+    be->set_threads(1);
+    be->patch_rearrange(n, c, in, p, c_last, 1, 0, img, rows1);
+    be->set_threads(4);
+    be->patch_rearrange(n, c, in, p, c_last, 1, 0, img, rows4);
+    check_bitwise("patch rows, 4 threads vs 1", rows4, rows1, size);
+    be->patch_rearrange(n, c, in, p, c_last, 0, 0, rows4, back);
+    check_bitwise("patch rows back to the map", back, img, size);
+    be->patch_rearrange(n, c, in, p, c_last, 0, 1, rows4, back);
+    for (int64_t i = 0; i < size; i++) assert_true(back[i] == 2.0f * img[i]);
+    // Row 1 (the second patch of sample 0) starts at the map's (0, 0, p2) in either order.
+    int64_t k = c * p[0] * p[1] * p[2];
+    assert_true(rows1[k] == img[p[2]]);
+    free(back), free(rows4), free(rows1), free(img);
+}
+
+static void test_patch_rearrange_round_trip_threaded(void **state)
+{
+    (void)state;
+    const int64_t in2[3] = {1, 48, 72}, in3[3] = {8, 12, 8};
+    const int p2[3] = {1, 8, 6}, p3[3] = {4, 4, 4};
+    for (int c_last = 0; c_last < 2; c_last++) {
+        check_rearrange_round_trip(3, 5, in2, p2, c_last);
+        check_rearrange_round_trip(2, 3, in3, p3, c_last);
+    }
+    backend_cpu()->set_threads(1);
+}
+
+// row_spread is row_sum's adjoint: <row_sum(x), y> = <x, row_spread(y)>; both thread-independent.
+static void test_row_sum_and_spread_are_adjoint(void **state)
+{
+    (void)state;
+    const gl_backend *be = backend_cpu();
+    const int64_t n = 3, m = 40, len = 300, stride = 310;
+    float *x = falloc(n * m * stride), *y = falloc(n * len), *sx1 = falloc(n * len), *sx4 = falloc(n * len);
+    float *ty1 = falloc(n * m * stride), *ty4 = falloc(n * m * stride);
+    tl_fill_uniform(x, n * m * stride, -1.0f, 1.0f, 95);
+    tl_fill_uniform(y, n * len, -1.0f, 1.0f, 96);
+    be->set_threads(1);
+    be->row_sum(n, m, len, 0.25f, x, stride, sx1, 0);
+    be->row_spread(n, m, len, 0.25f, y, ty1, stride, 0);
+    be->set_threads(4);
+    be->row_sum(n, m, len, 0.25f, x, stride, sx4, 0);
+    be->row_spread(n, m, len, 0.25f, y, ty4, stride, 0);
+    be->set_threads(1);
+    check_bitwise("row_sum, 4 threads vs 1", sx4, sx1, n * len);
+    check_bitwise("row_spread, 4 threads vs 1", ty4, ty1, n * m * stride);
+    double a = 0.0, b = 0.0;
+    for (int64_t i = 0; i < n * len; i++) a += (double)sx1[i] * y[i];
+    for (int64_t r = 0; r < n * m; r++)
+        for (int64_t j = 0; j < len; j++) b += (double)x[r * stride + j] * ty1[r * stride + j];
+    assert_true(fabs(a - b) <= 1e-4 * (1.0 + fabs(a)));
+    // The gaps between rows (len..stride) are left alone; accumulate adds.
+    assert_true(ty1[len] == 0.0f);
+    be->row_sum(n, m, len, 0.25f, x, stride, sx1, 1);
+    for (int64_t i = 0; i < n * len; i++) assert_true(sx1[i] == 2.0f * sx4[i]);
+    free(ty4), free(ty1), free(sx4), free(sx1), free(y), free(x);
+}
+
 // ---- errors -------------------------------------------------------------------------------------
 
 static void expect_error(const char *layers, gl_shape input, const char *needle)
@@ -441,6 +509,8 @@ int main(void)
         cmocka_unit_test(test_token_pool_mean),
         cmocka_unit_test(test_drop_path_drops_whole_samples_keyed_by_global_row),
         cmocka_unit_test(test_trunc_normal_init_is_the_tutorials),
+        cmocka_unit_test(test_patch_rearrange_round_trip_threaded),
+        cmocka_unit_test(test_row_sum_and_spread_are_adjoint),
         cmocka_unit_test(test_bad_token_inputs_are_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
