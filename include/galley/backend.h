@@ -294,6 +294,28 @@ typedef struct gl_backend {
 
     // ---- token ops (patches, position embeddings, pooling, drop path): src/backend/cpu/cpu_tokens.c ----
     // (begin token region)
+    // Patches of a map <-> token rows. image[N, C, D, H, W] (in = {D, H, W}; 2D: D = 1, p[0] = 1),
+    // rows[N, T, K] with T = (D/p0)(H/p1)(W/p2) patches in raster order (d, h, w) and K = C*p0*p1*p2
+    // values per patch, ordered c_last = 0: (c, a, b, e) as a Conv weight [F, C, p0, p1, p2] (the
+    // patch embedding is then rows . W^T); c_last = 1: (a, b, e, c) as the tutorial ViT's head
+    // (its Linear's outputs, reshaped (p, q, c)). p divides in. to_rows = 1: rows (=|+=) image;
+    // 0: image (=|+=) rows, accumulated when accumulate. Every element is written once: a pure
+    // permutation, bitwise on every backend.
+    void (*patch_rearrange)(int64_t n, int64_t c, const int64_t in[3], const int p[3], int c_last, int to_rows,
+                            int accumulate, const float *src, float *dst);
+    // dst[i, j] (=|+=) scale * sum over r < m of src[(i*m + r) * src_stride + j], for i < n, j < len:
+    // sums of m consecutive rows (len <= src_stride), in order r = 0, 1, ... (the parameter
+    // gradients of pos_embed over the batch: n = 1, m = N; mean pooling over tokens: n = N, m = T).
+    void (*row_sum)(int64_t n, int64_t m, int64_t len, float scale, const float *src, int64_t src_stride,
+                    float *dst, int accumulate);
+    // The adjoint of row_sum: dst[(i*m + r) * dst_stride + j] (=|+=) scale * src[i, j] for i < n,
+    // r < m, j < len: each of n rows spread over m consecutive rows (pos_embed's broadcast over the
+    // batch: n = 1, m = N; mean pooling's backward: n = N, m = T, scale 1/T).
+    void (*row_spread)(int64_t n, int64_t m, int64_t len, float scale, const float *src, float *dst,
+                       int64_t dst_stride, int accumulate);
+    // dst[r, j] (=|+=) s[r] * src[r, j] for r < rows, j < len: a scale per row (drop_path's mask).
+    // src and dst may alias when not accumulating.
+    void (*row_scale)(int64_t rows, int64_t len, const float *s, const float *src, float *dst, int accumulate);
     // (end token region)
 } gl_backend;
 

@@ -13,7 +13,8 @@
     X(dense) X(relu) X(leaky_relu) X(tanh) X(sigmoid) X(gelu)                          \
     X(max_pool) X(avg_pool) X(global_avg_pool) X(batch_norm) X(layer_norm)             \
     X(dropout) X(scale) X(flatten) X(add) X(concat) X(upsample)                        \
-    X(conv) X(conv_transpose)
+    X(conv) X(conv_transpose)                                                         \
+    X(patch_embed) X(pos_embed) X(drop_path) X(token_pool) X(unpatch)
 
 #define LAYER_EXTERN_(name) extern const layer_kind layer_##name;
 LAYER_KINDS(LAYER_EXTERN_)
@@ -36,9 +37,23 @@ const gl_value *layer_key(const layer_t *l, const char *key) {
     return NULL;
 }
 
-enum { INIT_HE_NORMAL, INIT_HE_UNIFORM, INIT_XAVIER_NORMAL, INIT_XAVIER_UNIFORM, INIT_ZEROS, INIT_PYTORCH };
+enum { INIT_HE_NORMAL, INIT_HE_UNIFORM, INIT_XAVIER_NORMAL, INIT_XAVIER_UNIFORM, INIT_ZEROS, INIT_PYTORCH,
+       INIT_TRUNC_NORMAL };
 const char *const layer_init_choices[] = {"he_normal", "he_uniform", "xavier_normal", "xavier_uniform", "zeros",
-                                          "pytorch", NULL};
+                                          "pytorch", "trunc_normal", NULL};
+
+// trunc_normal: timm's trunc_normal_(w, std=.02) as the tutorial ViT calls it (Linear weights,
+// pos_embed): normal with std 0.02 truncated to timm's default bounds a = -2, b = 2, which are
+// absolute, not in stds (100 stds: in practice a plain normal). A draw outside is drawn again
+// under the next index block, so the result stays a pure function of the key.
+#define TRUNC_NORMAL_STD 0.02
+#define TRUNC_NORMAL_BOUND 2.0
+static float trunc_normal_draw(uint64_t seed, uint64_t step, uint64_t i) {
+    for (uint64_t attempt = 0;; attempt++) {
+        double v = TRUNC_NORMAL_STD * rng_normal(seed, RNG_INIT, step, i + (attempt << 40));
+        if (fabs(v) <= TRUNC_NORMAL_BOUND) return (float)v;
+    }
+}
 
 // pytorch: what nn.Linear, nn.ConvNd and nn.ConvTransposeNd's reset_parameters do, computed as
 // torch.nn.init.kaiming_uniform_(w, a=sqrt(5)) does: gain = sqrt(2 / (1 + a^2)), bound = gain *
@@ -72,6 +87,7 @@ void layer_init_param(const gl_param *p, int init, float *dst, uint64_t seed, in
         case INIT_PYTORCH:
             dst[i] = (float)(pt * (2.0 * rng_uniform(seed, RNG_INIT, step, (uint64_t)i) - 1.0));
             break;
+        case INIT_TRUNC_NORMAL: dst[i] = trunc_normal_draw(seed, step, (uint64_t)i); break;
         default: dst[i] = 0.0f; break;
         }
     }

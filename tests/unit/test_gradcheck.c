@@ -34,6 +34,7 @@ typedef struct {
 #define S2(a, b) {2, {a, b}}
 #define S3(a, b, c) {3, {a, b, c}}
 #define S4(a, b, c, d) {4, {a, b, c, d}}
+#define TOK(t, f) {.ndim = 2, .d = {t, f}, .tokens = true}  // tokens [T, D]
 
 // Configurations by kind name: odd sizes, non-default keys, 2D and 3D maps.
 static const gc_config configs[] = {
@@ -81,6 +82,30 @@ static const gc_config configs[] = {
     {"conv_transpose", "    - {type: conv_transpose, filters: 4, groups: 2, bias: false}\n", S3(2, 3, 3), 0},
     {"conv_transpose", "    - {type: conv_transpose, filters: 3, kernel: 2, dilation: 2}\n", S3(2, 3, 3), 0},
     {"conv_transpose", "    - {type: conv_transpose, filters: 2, kernel: 2, stride: 2}\n", S4(2, 2, 3, 2), 0},
+    // token layers (transformers)
+    {"patch_embed", "    - {type: patch_embed, patch: 2, dim: 3}\n", S3(2, 4, 6), 0},
+    {"patch_embed", "    - {type: patch_embed, patch: 3, dim: 2, bias: false}\n", S3(1, 3, 6), 0},
+    {"patch_embed", "    - {type: patch_embed, patch: 2, dim: 4}\n", S4(2, 2, 4, 2), 0},
+    {"pos_embed", "    - {type: pos_embed}\n", TOK(4, 3), 0},
+    {"pos_embed", "    - {type: pos_embed, class_token: true}\n", TOK(3, 5), 0},
+    {"pos_embed", "    - {type: patch_embed, patch: 2, dim: 3}\n    - {type: pos_embed, class_token: true}\n",
+     S4(1, 2, 2, 4), 0},
+    {"layer_norm", "    - {type: layer_norm}\n", TOK(4, 5), 0},
+    {"layer_norm", "    - {type: layer_norm, affine: false}\n", TOK(3, 4), 0},
+    {"dense", "    - {type: dense, units: 5}\n", TOK(4, 3), 0},
+    {"dense", "    - {type: dense, units: 2, bias: false}\n", TOK(3, 4), 0},
+    {"flatten", "    - {type: flatten}\n", TOK(3, 4), 0},
+    {"drop_path", "    - {type: drop_path, rate: 0.4}\n", TOK(3, 4), 0},  // seed 0, step 0: drops and keeps
+    {"drop_path", "    - {type: drop_path, rate: 0.25}\n", S3(2, 3, 2), 0},
+    {"token_pool", "    - {type: token_pool}\n", TOK(4, 3), 0},
+    {"token_pool", "    - {type: token_pool, mode: class}\n", TOK(3, 4), 0},
+    {"token_pool", "    - {type: pos_embed, class_token: true}\n    - {type: token_pool}\n", TOK(3, 4), 0},
+    {"unpatch",
+     "    - {type: patch_embed, patch: 2, dim: 4}\n    - {type: dense, units: 3}\n"
+     "    - {type: unpatch, channels: 2}\n",
+     S3(2, 4, 6), 0},
+    {"unpatch", "    - {type: patch_embed, patch: 2, dim: 3}\n    - {type: unpatch, channels: 3, bias: true}\n",
+     S4(1, 4, 2, 2), 0},
 };
 #define NCONFIGS ((int)(sizeof configs / sizeof configs[0]))
 
@@ -153,7 +178,9 @@ static void gradcheck_config(const layer_kind *k, const char *layers_under_test,
     if (eps == 0) eps = EPS;
     tl_model m;
     char *errors = NULL;
-    if (tl_model_try(&m, layers, input, CAPACITY, &errors) != 0) {
+    // Every output keeps its own gradient: shared by lifetime, x's would be the model output's
+    // when two or more layers follow it, and the garbage written below would overwrite R.
+    if (tl_model_try_keep(&m, layers, input, CAPACITY, backend_cpu(), true, &errors) != 0) {
         char copy[1024];
         snprintf(copy, sizeof copy, "%s", errors);
         free(errors);

@@ -117,6 +117,12 @@ static const gl_backend cpu = {
     .upsample_forward = cpu_upsample_forward,
     .upsample_backward = cpu_upsample_backward,
     // (end pool-norm region)
+    // (begin token region)
+    .patch_rearrange = cpu_patch_rearrange,
+    .row_sum = cpu_row_sum,
+    .row_spread = cpu_row_spread,
+    .row_scale = cpu_row_scale,
+    // (end token region)
 };
 
 const gl_backend *backend_cpu(void) { return &cpu; }

@@ -106,4 +106,15 @@ void cpu_upsample_forward(int64_t n, int64_t c, const int64_t in[3], const int f
 void cpu_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy, float *dx);
 // (end pool-norm region)
 
+// (begin token region)
+// cpu_tokens.c
+void cpu_patch_rearrange(int64_t n, int64_t c, const int64_t in[3], const int p[3], int c_last, int to_rows,
+                         int accumulate, const float *src, float *dst);
+void cpu_row_sum(int64_t n, int64_t m, int64_t len, float scale, const float *src, int64_t src_stride, float *dst,
+                 int accumulate);
+void cpu_row_spread(int64_t n, int64_t m, int64_t len, float scale, const float *src, float *dst, int64_t dst_stride,
+                    int accumulate);
+void cpu_row_scale(int64_t rows, int64_t len, const float *s, const float *src, float *dst, int accumulate);
+// (end token region)
+
 #endif

@@ -249,6 +249,15 @@ static int cu_set_precision(int precision, char *msg, size_t len) {
     return p;
 }
 
+// Token ops (cuda_tokens.cu; declared here, the table being their only caller).
+void cuda_patch_rearrange(int64_t n, int64_t c, const int64_t in[3], const int p[3], int c_last, int to_rows,
+                          int accumulate, const float *src, float *dst);
+void cuda_row_sum(int64_t n, int64_t m, int64_t len, float scale, const float *src, int64_t src_stride, float *dst,
+                  int accumulate);
+void cuda_row_spread(int64_t n, int64_t m, int64_t len, float scale, const float *src, float *dst,
+                     int64_t dst_stride, int accumulate);
+void cuda_row_scale(int64_t rows, int64_t len, const float *s, const float *src, float *dst, int accumulate);
+
 static const gl_backend cuda_table = {
     .name = "cuda",
     .device = 1,
@@ -308,6 +317,10 @@ static const gl_backend cuda_table = {
     .copy_rows = cuda_copy_rows,
     .upsample_forward = cuda_upsample_forward,
     .upsample_backward = cuda_upsample_backward,
+    .patch_rearrange = cuda_patch_rearrange,
+    .row_sum = cuda_row_sum,
+    .row_spread = cuda_row_spread,
+    .row_scale = cuda_row_scale,
 };
 
 // GALLEY_CUDNN_WORKSPACE_MB caps what one convolution algorithm may use (default: 1/16 of the

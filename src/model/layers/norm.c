@@ -7,7 +7,8 @@
 //     variance) and updates running = (1 - momentum) * running + momentum * batch (unbiased
 //     variance); evaluation normalises with the running statistics.
 //   layer_norm: each sample over all its elements (LayerNorm(normalized_shape = the per-sample
-//     shape)); weight and bias have the per-sample shape.
+//     shape)); weight and bias have the per-sample shape. On tokens [T, D]: each token over its D
+//     features (LayerNorm(D), as in a transformer block), weight and bias [D].
 #include <stdio.h>
 
 #include "galley/layer.h"
@@ -110,30 +111,37 @@ const layer_kind layer_batch_norm = {
 
 // ---- layer_norm ---------------------------------------------------------------------------------
 
+// Rows per sample normalised apart: T on tokens, else 1 (the whole sample).
+static int64_t ln_rows(const layer_t *l) { return l->in[0]->shape.tokens ? l->in[0]->shape.d[0] : 1; }
+
 static int ln_infer(layer_t *l, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    l->out.shape = l->in[0]->shape;
+    const gl_shape *x = &l->in[0]->shape;
+    l->out.shape = *x;
     l->nparams = 0;
-    if (l->cfg->v[K_LN_AFFINE].b) add_affine_params(l, l->in[0]->shape);
+    if (l->cfg->v[K_LN_AFFINE].b) add_affine_params(l, x->tokens ? shape_1d(x->d[1]) : *x);
     l->flops = 7 * l->in[0]->size;
-    l->scratch_floats = 2 * l->batch;  // mean and 1/std per sample
+    l->scratch_floats = 2 * l->batch * ln_rows(l);  // mean and 1/std per sample (per token)
     return 0;
 }
 
 static void ln_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
-    be->layer_norm_forward(n, l->in[0]->size, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
+    int64_t t = ln_rows(l);
+    be->layer_norm_forward(n * t, l->in[0]->size / t, l->in[0]->data, weight_of(l, l->w), bias_of(l, l->w),
                            (float)l->cfg->v[K_LN_EPS].f, l->scratch, l->out.data);
 }
 
 static void ln_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    be->layer_norm_backward(n, l->in[0]->size, l->in[0]->data, l->out.grad, weight_of(l, l->w), l->scratch,
+    int64_t t = ln_rows(l);
+    be->layer_norm_backward(n * t, l->in[0]->size / t, l->in[0]->data, l->out.grad, weight_of(l, l->w), l->scratch,
                             weight_of(l, l->dw), bias_of(l, l->dw), l->in[0]->grad);
 }
 
 const layer_kind layer_layer_norm = {
     .name = "layer_norm",
-    .doc = "normalises each sample over all its elements; weight and bias have the per-sample shape",
+    .doc = "normalises each sample over all its elements (weight and bias of the per-sample shape), or each "
+           "token of [T, D] over its D features (weight and bias [D])",
     .keys = ln_keys,
     .min_inputs = 1,
     .max_inputs = 1,

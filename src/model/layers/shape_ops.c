@@ -1,5 +1,6 @@
 // shape_ops.c: layers that rearrange values without learning anything: flatten ([C, ...] ->
-// [size], PyTorch's Flatten on the per-sample shape) and upsample (nearest neighbour, each value
+// [size], PyTorch's Flatten on the per-sample shape; tokens [T, D] -> a plain [T * D] vector,
+// token-major, the patch grid dropped) and upsample (nearest neighbour, each value
 // repeated factor times along every spatial dimension of [C, H, W] or [C, D, H, W]).
 #include <stdio.h>
 
@@ -11,7 +12,7 @@ static const key_spec no_keys[] = {KEY_END};
 
 static int flatten_infer(layer_t *l, char *err, size_t errlen) {
     (void)err, (void)errlen;
-    l->out.shape = shape_1d(l->in[0]->size);
+    l->out.shape = shape_1d(l->in[0]->size);  // not tokens, no grid: a plain vector
     l->nparams = 0;
     l->flops = 0;
     return 0;
@@ -29,7 +30,7 @@ static void flatten_backward(layer_t *l, const gl_backend *be, int64_t n) {
 
 const layer_kind layer_flatten = {
     .name = "flatten",
-    .doc = "reshapes each sample to one dimension: [C, ...] -> [C * ...]",
+    .doc = "reshapes each sample to one dimension: [C, ...] -> [C * ...], tokens [T, D] -> [T * D]",
     .keys = no_keys,
     .min_inputs = 1,
     .max_inputs = 1,
