@@ -117,7 +117,8 @@ int layer_kind_count(void);
 const layer_kind *layer_kind_at(int i);
 
 // Init helpers shared by kinds. Keys: uniform/normal x he/xavier, zeros, pytorch (PyTorch's
-// default: kaiming_uniform with a = sqrt(5)).
+// default: kaiming_uniform with a = sqrt(5)), trunc_normal (std 0.02, timm's trunc_normal_ as
+// the NERSC tutorial's ViT calls it).
 extern const char *const layer_init_choices[];
 void layer_init_param(const gl_param *p, int init_choice, float *dst, uint64_t seed, int layer_index,
                       int param_index);

@@ -335,8 +335,8 @@ void graph_summary(const gl_graph *g, FILE *out) {
     else
         fprintf(out, "  of which the outputs' gradients take %s, shared by lifetime (%s were each its own)", gm, sm);
     if (g->work_floats)  // the CPU's im2col columns, attention's backward temporaries (layer_t.work)
-        fprintf(out, "; the layers share %s of work space within a call (the convolutions' im2col columns: "
-                     "none on a GPU, cuDNN has its own)", wm);
+        fprintf(out, "; the layers share %s of work space within a call (the convolutions' im2col columns, "
+                     "none on a GPU where cuDNN has its own; patch rows; attention's backward temporaries)", wm);
     fputc('\n', out);
     summary_scratch(g, out);
 }
