@@ -76,7 +76,7 @@ static void block_layer_inputs(rctx *c, const block_def *b, int j, const char *l
     }
 }
 
-static void block_resolve(rctx *c, const yt_node *key, const yt_node *node, block_def *b, recipe_t *r) {
+static void block_resolve(rctx *c, const yt_node *key, const yt_node *node, block_set *set, block_def *b, recipe_t *r) {
     char path[300], lpath[400];
     snprintf(path, sizeof path, "model.blocks.%s", key->text);
     b->name = key->text, b->key = key, b->node = node;
@@ -96,9 +96,11 @@ static void block_resolve(rctx *c, const yt_node *key, const yt_node *node, bloc
         b->layers[j].mark = item->mark;
         if (item->kind != YT_MAP)
             rctx_error(c, item->mark, lpath, "expected a layer mapping (type: ..., ...), found %s", kind_word(item));
-        else if (yt_map_get(item, "block"))
+        else if (yt_map_get(item, "block")) {
+            set->skip_unused = 1;  // the block it names is used, in a way that is refused here
             rctx_error(c, item->mark, lpath, "a block's layers cannot use another block (blocks do not nest): "
                        "write its layers here, or repeat the blocks one after the other in model.layers");
+        }
         else if (layer_resolve_keys(c, item, &b->layers[j], lpath) == 0)
             block_layer_name(c, b, j, lpath, r);
     }
@@ -118,7 +120,7 @@ void blocks_resolve(rctx *c, const yt_node *node, block_set *set, recipe_t *r) {
     }
     set->n = node->n;
     set->b = gl_xcalloc((size_t)(node->n ? node->n : 1), sizeof *set->b);
-    for (int i = 0; i < node->n; i++) block_resolve(c, node->keys[i], node->items[i], &set->b[i], r);
+    for (int i = 0; i < node->n; i++) block_resolve(c, node->keys[i], node->items[i], set, &set->b[i], r);
 }
 
 void blocks_finish(rctx *c, block_set *set) {
@@ -126,7 +128,7 @@ void blocks_finish(rctx *c, block_set *set) {
         block_def *b = &set->b[i];
         char path[300];
         snprintf(path, sizeof path, "model.blocks.%s", b->name);
-        if (!b->used && !set->unknown_named)
+        if (!b->used && !set->skip_unused)
             rctx_error(c, b->key->mark, path,
                        "block '%s' is not used by any item of model.layers: add one ({block: %s, repeat: N}) or "
                        "remove the block", b->name, b->name);
@@ -179,7 +181,7 @@ static const block_def *item_block(rctx *c, const yt_node *v, block_set *set, co
     }
     const char *near = schema_suggest(want, names, set->n);
     free(names);
-    set->unknown_named = 1;
+    set->skip_unused = 1;
     if (near)
         rctx_error(c, v->mark, path, "unknown block '%s' (did you mean '%s'?)", want, near);
     else if (set->n)

@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
     block_def *b;
     int n;
-    int unknown_named;  // an item named a block that does not exist
+    int skip_unused;  // a block was named where none can be used: no "not used" errors
 } block_set;
 
 // resolve_layers.c
