@@ -76,6 +76,11 @@ static void block_layer_inputs(rctx *c, const block_def *b, int j, const char *l
     }
 }
 
+static void mark_used(block_set *set, const yt_node *name) {
+    for (int i = 0; i < set->n; i++)
+        if (name->kind == YT_SCALAR && set->b[i].name && !strcmp(set->b[i].name, name->text)) set->b[i].used = 1;
+}
+
 static void block_resolve(rctx *c, const yt_node *key, const yt_node *node, block_set *set, block_def *b, recipe_t *r) {
     char path[300], lpath[400];
     snprintf(path, sizeof path, "model.blocks.%s", key->text);
@@ -97,11 +102,10 @@ static void block_resolve(rctx *c, const yt_node *key, const yt_node *node, bloc
         if (item->kind != YT_MAP)
             rctx_error(c, item->mark, lpath, "expected a layer mapping (type: ..., ...), found %s", kind_word(item));
         else if (yt_map_get(item, "block")) {
-            set->skip_unused = 1;  // the block it names is used, in a way that is refused here
+            mark_used(set, yt_map_get(item, "block"));  // used, in a way refused here: one error is enough
             rctx_error(c, item->mark, lpath, "a block's layers cannot use another block (blocks do not nest): "
                        "write its layers here, or repeat the blocks one after the other in model.layers");
-        }
-        else if (layer_resolve_keys(c, item, &b->layers[j], lpath) == 0)
+        } else if (layer_resolve_keys(c, item, &b->layers[j], lpath) == 0)
             block_layer_name(c, b, j, lpath, r);
     }
     for (int j = 0; j < b->n; j++) {
@@ -120,6 +124,7 @@ void blocks_resolve(rctx *c, const yt_node *node, block_set *set, recipe_t *r) {
     }
     set->n = node->n;
     set->b = gl_xcalloc((size_t)(node->n ? node->n : 1), sizeof *set->b);
+    for (int i = 0; i < node->n; i++) set->b[i].name = node->keys[i]->text;  // for mark_used
     for (int i = 0; i < node->n; i++) block_resolve(c, node->keys[i], node->items[i], set, &set->b[i], r);
 }
 
