@@ -52,7 +52,7 @@ int layer_list_holder(const layer_list *s, const char *name, char *buf, size_t l
     for (int j = 0; j < s->n; j++) {
         const layer_cfg *l = &s->layers[j];
         if (!l->name || strcmp(l->name, name)) continue;
-        if (strchr(l->name, '.') && j != l->index)  // a copy of a block
+        if (strchr(l->name, '.'))  // a copy of a block (or one written out by galley check)
             snprintf(buf, len, "model.layers[%d] (%s)", l->index, l->name);
         else
             snprintf(buf, len, "model.layers[%d]", l->index);
