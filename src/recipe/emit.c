@@ -90,6 +90,7 @@ static void emit_layers(FILE *out, const recipe_t *r, int indent) {
 static void emit_section(FILE *out, const recipe_t *r, const key_spec *keys, int indent) {
     for (const key_spec *k = keys; k->name; k++) {
         if (k->applies && !k->applies(r)) continue;
+        if (k->type == KT_SECTION && !strcmp(k->name, "blocks")) continue;  // model.blocks: written expanded
         fprintf(out, "%*s%s:", indent, "", k->name);
         if (k->type == KT_SECTION) {
             fputc('\n', out);
@@ -138,7 +139,7 @@ static void ref_section(FILE *out, const key_spec *keys, const char *parent) {
         else snprintf(path, sizeof path, "%s", k->name);
         if (k->type == KT_SECTION) {
             fprintf(out, "| `%s` | a mapping | %s | %s |\n", path,
-                    k->flag == KF_REQUIRED ? "**required**" : "all defaults", k->doc);
+                    k->flag == KF_REQUIRED ? "**required**" : k->children[0].name ? "all defaults" : "(none)", k->doc);
             ref_section(out, k->children, path);
         } else {
             ref_row(out, path, k);
@@ -156,7 +157,7 @@ void recipe_emit_reference(FILE *out) {
     fputs("\n#### Layer types\n\n", out);
     fputs("Every item of `model.layers` has `type` (required), `name` (default `<type>_<index>`) and "
           "`inputs` (names of earlier layers or `input`; default: the previous layer), plus the keys of its "
-          "type:\n\n",
+          "type; an item `{block: NAME, repeat: N, name: P}` instead repeats a block of `model.blocks`:\n\n",
           out);
     for (int i = 0; i < layer_kind_count(); i++) {
         const layer_kind *lk = layer_kind_at(i);

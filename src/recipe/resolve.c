@@ -270,6 +270,7 @@ void resolve_section(rctx *c, const key_spec *keys, const yt_node *node, void *b
         path_join(sub, sizeof sub, path, k->name);
         const yt_node *v = node ? yt_map_get(node, k->name) : NULL;
         void *dst = (char *)base + k->offset;
+        if (!strcmp(sub, "model.blocks")) continue;  // read with model.layers (resolve_blocks.c)
         if (k->applies && !k->applies(base)) {
             // An explicit null says "not set", which is no conflict (it lets an override switch
             // a section off: data.synthetic=null with data.source=hdf5).

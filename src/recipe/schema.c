@@ -197,10 +197,20 @@ static const key_spec data_keys[] = {
     KEY_END,
 };
 
+// model.blocks: its keys are the blocks' names, read with model.layers (src/recipe/resolve_blocks.c).
+static const key_spec no_keys[] = {KEY_END};
+
 static const key_spec model_keys[] = {
     {"layers", KT_LAYERS, KF_REQUIRED, NULL, NO_RANGE, NULL, OFF(model.layers), NULL,
      "the layers in order; each has a type, an optional name and optional inputs "
-     "(names of earlier layers; default: the previous layer)"},
+     "(names of earlier layers; default: the previous layer); an item {block: NAME, repeat: N, name: P} stands "
+     "for N copies of a block of model.blocks, its layers named P.0.LAYER ... P.<N-1>.LAYER (P: default NAME; "
+     "P alone names the last copy's last layer)"},
+    {"blocks", KT_SECTION, KF_OPTIONAL, NULL, NO_RANGE, NULL, 0, no_keys,
+     "named blocks of layers, each written once as a list of layers (like model.layers) and repeated by items "
+     "of model.layers; in a block, inputs name a layer of the same copy, `in` (the copy's input: the previous "
+     "copy's last layer, or the layer before the item) or a layer above the item. Blocks do not nest, and each "
+     "must be used. `galley check` prints the copies as layers"},
     {"fuse", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(model.fuse), NULL,
      "a relu or leaky_relu that alone reads a layer's output shares its buffer (the layer applies it as it "
      "stores where it can, else it runs in place): less memory, the same results; false keeps every layer's "
