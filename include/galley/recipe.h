@@ -23,7 +23,7 @@ typedef struct {
     gl_names inputs;    // given; empty means "the previous layer" (or the model input)
     gl_value v[GL_MAX_LAYER_KEYS];  // indexed like kind->keys
     yt_mark mark;       // where the layer's mapping starts
-    int index;
+    int index;          // the item's index in model.layers as written (copies of a block share it)
 } layer_cfg;
 
 // Enum values, in the order of their choices tables in schema.c (PRECISION_*, LOSS_* and OPT_*:

@@ -71,7 +71,7 @@ static int graph_check_takes(const layer_t *l, FILE *err) {
             char what[256];
             snprintf(what, sizeof what, why, shape);
             fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): a %s layer %s\n", c->mark.file, c->mark.line,
-                    c->mark.col, l->index, c->name, l->kind->name, what);
+                    c->mark.col, c->index, c->name, l->kind->name, what);
             return -1;
         }
     }
@@ -107,7 +107,7 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
         }
         if (l->nin < c->kind->min_inputs || l->nin > c->kind->max_inputs) {
             fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): a %s layer takes %d to %d inputs, got %d\n",
-                    c->mark.file, c->mark.line, c->mark.col, i, c->name, c->kind->name, c->kind->min_inputs,
+                    c->mark.file, c->mark.line, c->mark.col, c->index, c->name, c->kind->name, c->kind->min_inputs,
                     c->kind->max_inputs, l->nin);
             return -1;
         }
@@ -121,7 +121,7 @@ int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, c
                 k += (size_t)snprintf(ins + k, sizeof ins - k, j ? ", %s" : "%s", one);
             }
             fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): %s (input shape %s)\n", c->mark.file, c->mark.line,
-                    c->mark.col, i, c->name, msg, ins);
+                    c->mark.col, c->index, c->name, msg, ins);
             return -1;
         }
         l->out.size = shape_size(&l->out.shape);

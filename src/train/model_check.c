@@ -55,7 +55,7 @@ int train_check_model(const recipe_t *r, gl_graph *g, const gl_dataset *data, FI
         fprintf(err,
                 "%s:%d:%d: error: model.layers[%d] (%s): the model's output shape %s does not fit the loss: %s on "
                 "this data wants %s\n",
-                last->mark.file, last->mark.line, last->mark.col, g->nlayers - 1, last->name, got,
+                last->mark.file, last->mark.line, last->mark.col, last->index, last->name, got,
                 r->train.loss == LOSS_SOFTMAX_XENT ? "softmax_cross_entropy" : r->train.loss == LOSS_MSE ? "mse"
                 : r->train.loss == LOSS_L1 ? "l1" : "l2_relative",
                 want);

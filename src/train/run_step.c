@@ -35,7 +35,7 @@ static void nonfinite_diagnose(const gl_run *u, int64_t n) {
                   (g->layers[first + 1].act_done || g->layers[first + 1].act_inplace);
     if (first >= 0)
         fprintf(u->err, "galley: %sthe first layer whose output is not finite is '%s' (model.layers[%d])%s\n",
-                who, g->layers[first].cfg->name, first,
+                who, g->layers[first].cfg->name, g->layers[first].cfg->index,
                 shared ? " or the activation after it, which shares its buffer (model.fuse: false "
                          "tells them apart)" : "");
     else
