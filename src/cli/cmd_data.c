@@ -67,7 +67,7 @@ static int synth_key(h5_synth_params *p, const char *k, const char *v) {
     } else {
         return -1;
     }
-    return bad;
+    return bad != 0;  // parse_i64's -1 is a bad value, not an unknown key
 }
 
 // Whether key k applies to the kind: weather2d writes yearly series (steps, years, val_years),

@@ -43,6 +43,7 @@ typedef struct {
     float *q, *tmp, *eq, *lat;  // state, scratch [C, H, W]; equilibrium [C, H]; latitude [H]
     float *wind;                // cells per substep [C, H]
     force_wave *fw;             // [C, FORCE_WAVES]
+    float *trig;                // cos and sin of k lon for k = 1..3: [3, 2, W]
 } w2d;
 
 static float equilibrium(int role, float lat) {
@@ -60,6 +61,12 @@ static void w2d_init(w2d *m) {
     const uint64_t k = m->key;
     float jet = 0.8f + 0.4f * rng_uniform(k, RNG_DATA, STREAM_PARAMS, 0);
     for (int64_t j = 0; j < m->h; j++) m->lat[j] = (float)(PI * (((double)j + 0.5) / (double)m->h - 0.5));
+    for (int64_t kk = 1; kk <= 3; kk++)
+        for (int64_t i = 0; i < m->w; i++) {
+            double a = 2 * PI * (double)(kk * i) / (double)m->w;
+            m->trig[((kk - 1) * 2) * m->w + i] = (float)cos(a);
+            m->trig[((kk - 1) * 2 + 1) * m->w + i] = (float)sin(a);
+        }
     for (int64_t c = 0; c < m->c; c++) {
         int role = (int)(c % ROLES);
         float level = (float)(c / ROLES), s2;
@@ -121,21 +128,21 @@ static void diffuse_force(w2d *m, float ts) {
         float *q = m->q + c * m->area;
         for (int64_t j = 0; j < h; j++) {
             int64_t jn = j + 1 < h ? j + 1 : j, js = j > 0 ? j - 1 : j;
-            float env[FORCE_WAVES];
+            // cos(k lon - w ts + phase) = cos(k lon) ca - sin(k lon) sa, a = phase - w ts
+            float ca[FORCE_WAVES], sa[FORCE_WAVES];
+            const float *ck[FORCE_WAVES], *sk[FORCE_WAVES];
             for (int k = 0; k < FORCE_WAVES; k++) {
                 const force_wave *f = &m->fw[c * FORCE_WAVES + k];
-                float d = (m->lat[j] - f->lat0) / 0.5f;
-                env[k] = f->amp * expf(-d * d);
+                float d = (m->lat[j] - f->lat0) / 0.5f, env = f->amp * expf(-d * d), a = f->phase - f->omega * ts;
+                ca[k] = env * cosf(a), sa[k] = env * sinf(a);
+                ck[k] = m->trig + ((int64_t)(f->k - 1) * 2) * w, sk[k] = ck[k] + w;
             }
             for (int64_t i = 0; i < w; i++) {
                 int64_t ie = i + 1 < w ? i + 1 : 0, iw = i > 0 ? i - 1 : w - 1;
                 float v = t[j * w + i];
                 float lap = t[j * w + ie] + t[j * w + iw] + t[jn * w + i] + t[js * w + i] - 4.0f * v;
-                float lon = (float)(2 * PI) * (float)i / (float)w, force = 0.0f;
-                for (int k = 0; k < FORCE_WAVES; k++) {
-                    const force_wave *f = &m->fw[c * FORCE_WAVES + k];
-                    force += env[k] * cosf(f->k * lon - f->omega * ts + f->phase);
-                }
+                float force = 0.0f;
+                for (int k = 0; k < FORCE_WAVES; k++) force += ck[k][i] * ca[k] - sk[k][i] * sa[k];
                 float relax = 0.06f * (eq[j] - v) + 0.03f * (prev[j * w + i] - peq[j]);
                 q[j * w + i] = v + 0.1f * lap + (relax + force) / (float)SUBSTEPS;
             }
@@ -155,6 +162,7 @@ void weather2d_run(const weather2d_params *p, int split, int64_t series, int64_t
     m.wind = gl_xmalloc((size_t)(m.c * m.h) * sizeof(float));
     m.lat = gl_xmalloc((size_t)m.h * sizeof(float));
     m.fw = gl_xmalloc((size_t)(m.c * FORCE_WAVES) * sizeof(force_wave));
+    m.trig = gl_xmalloc((size_t)(6 * m.w) * sizeof(float));
     w2d_init(&m);
     const float noise = (float)p->noise;
     for (int64_t t = 0; t < steps; t++) {
@@ -167,7 +175,7 @@ void weather2d_run(const weather2d_params *p, int split, int64_t series, int64_t
             diffuse_force(&m, (float)t + (float)s / (float)SUBSTEPS);
         }
     }
-    free(m.q), free(m.tmp), free(snap), free(m.eq), free(m.wind), free(m.lat), free(m.fw);
+    free(m.q), free(m.tmp), free(snap), free(m.eq), free(m.wind), free(m.lat), free(m.fw), free(m.trig);
 }
 
 // ---- the kind: pairs (x at t, x at t + lead) in memory ----------------------------------------
