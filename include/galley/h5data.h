@@ -10,6 +10,7 @@
 //   climate2d       climate/data float32 [N, S, S, C] (channels last, DeepCAM's names and layout)
 //                   climate/labels_0 int32 [N, S, S] (0 background, 1 cyclone, 2 river)
 //   nbody3d        x float32 [N, 4, S, S, S]     y float32 [N, 5, S, S, S]
+//   weather2d      yearly files: fields float32 [T, C, S/2, S] (see h5_synth_write_series)
 // Datasets are chunked (one sample per chunk, or spatial blocks of at most 1 MiB for big samples),
 // optionally gzip-compressed with the shuffle filter.
 #ifndef GALLEY_H5DATA_H
@@ -31,6 +32,7 @@ typedef struct {
     double noise;
     int compress;       // gzip level 0..9 (0: none)
     bool per_file;      // one file per sample: OUT is a directory of sample-NNNNNN.h5 (no sample axis)
+    int64_t steps, years, val_years;  // weather2d: time steps per yearly file, training and validation files
 } h5_synth_params;
 
 void h5_synth_default_params(h5_synth_params *p);
@@ -41,6 +43,12 @@ int16_t h5_counts_from_log(float v);
 // Writes the data set to out atomically (a temporary name, then rename). Returns 0, or -1 with a
 // message on err.
 int h5_synth_write(const h5_synth_params *p, const char *out, FILE *err);
+// weather2d as yearly files (src/data/ts_synth.c): OUT/train/<year>.h5 (p->years files: the
+// training split's series 0, 1, ...), OUT/val/<year>.h5 (p->val_years, the validation split's),
+// each with fields float32 [steps, C, size/2, size], and OUT/stats/global_means.npy and
+// global_stds.npy, float32 [1, C, 1, 1] over the training files (the NERSC tutorial's layout).
+// 0, or -1 with a message on err.
+int h5_synth_write_series(const h5_synth_params *p, const char *out, FILE *err);
 
 // One dataset written from memory: creates missing groups; dims[0] is the sample axis when
 // chunk_samples > 0 (chunks of that many samples, split spatially beyond 1 MiB), contiguous when 0.

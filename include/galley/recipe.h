@@ -28,7 +28,7 @@ typedef struct {
 
 // Enum values, in the order of their choices tables in schema.c (PRECISION_*, LOSS_* and OPT_*:
 // backend_types.h).
-enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1 };  // the order of src/data/source_registry.c
+enum { DATA_SOURCE_SYNTHETIC = 0, DATA_SOURCE_HDF5 = 1, DATA_SOURCE_TIMESERIES = 2 };  // the order of src/data/source_registry.c
 enum { DATA_SAMPLES_STACKED = 0, DATA_SAMPLES_PER_FILE = 1 };
 enum { DATA_LAYOUT_CHANNELS_FIRST = 0, DATA_LAYOUT_CHANNELS_LAST = 1 };
 enum { DATA_TARGET_CLASS = 0, DATA_TARGET_MASK = 1, DATA_TARGET_VALUES = 2 };
@@ -37,7 +37,7 @@ enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
 enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
 enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
 // The order of src/data/synth_registry.c (include/galley/synth.h looks kinds up by name).
-enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D };
+enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D, SYNTH_WEATHER2D };
 enum { DEVICE_AUTO = 0, DEVICE_CPU = 1, DEVICE_CUDA = 2 };
 enum { NONFINITE_STOP = 0, NONFINITE_SKIP = 1 };
 enum { SCHED_UNIT_STEPS = 0, SCHED_UNIT_EPOCHS = 1 };
@@ -54,12 +54,21 @@ typedef struct {
         struct {
             int kind;
             int64_t classes, features, size, channels, train_size, val_size;
+            int64_t steps, lead;  // weather2d: time steps per series, pairs (t, t + lead)
             double noise;
         } synthetic;
         // source: hdf5 (see src/data/h5_reader.c)
         struct {
             const char *files, *x, *y;  // files: path, glob or comma-separated list; @FILE lists paths
         } train, val;
+        // source: timeseries (see src/data/ts_reader.c)
+        struct {
+            const char *train, *val;   // a directory (its *.h5 by name), a glob, or a comma list
+            const char *dataset;       // [T, C, H, W] in each file
+            int64_t lead;              // steps between input and target
+            gl_floats channels, size;  // channel indices ([]: all); [H, W] from the top-left ([]: whole)
+            const char *mean, *std;    // FILE.npy or FILE.h5:DATASET; NULL: not normalised
+        } timeseries;
         int samples, layout, target, transform, normalize;  // DATA_SAMPLES_*, _LAYOUT_*, _TARGET_*, ...
         int64_t classes, crop;                              // crop: 0 = whole samples
         gl_floats mean, std, min, max;                      // per channel, or one for all

@@ -18,8 +18,9 @@ const char *synth_kind_name(int id);
 // The names joined by sep into buf[len] ("spirals, blobs, ..." for help and error texts).
 void synth_kind_list(char *buf, size_t len, const char *sep);
 
-// The data.synthetic keys a kind reads (the schema applies the others only to the kinds that do).
-enum { SYNTH_KEY_CLASSES = 1, SYNTH_KEY_FEATURES = 2, SYNTH_KEY_SIZE = 4, SYNTH_KEY_CHANNELS = 8 };
+// The data.synthetic keys a kind reads (the schema applies the others only to the kinds that do);
+// STEPS: steps and lead (time series).
+enum { SYNTH_KEY_CLASSES = 1, SYNTH_KEY_FEATURES = 2, SYNTH_KEY_SIZE = 4, SYNTH_KEY_CHANNELS = 8, SYNTH_KEY_STEPS = 16 };
 bool synth_kind_reads(int id, unsigned keys);
 // The most classes the kind can make (0: the schema's limit).
 int64_t synth_kind_max_classes(int id);

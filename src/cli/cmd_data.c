@@ -31,9 +31,54 @@ static int synth_usage(FILE *out) {
           "Datasets: x, y (float32; class labels int32) except cosmo3d: x int16 particle counts, read with\n"
           "data.transform: log1p as CosmoFlow; climate2d: climate/data (H, W, C) and climate/labels_0 (H, W),\n"
           "DeepCAM's names and layout (data.layout: channels_last). Root attributes galley_* record the\n"
-          "generator's settings and the recipe keys that read the file. The file appears atomically.\n",
+          "generator's settings and the recipe keys that read the file. The file appears atomically.\n"
+          "weather2d writes yearly files for data.source: timeseries instead: OUT/train/<year>.h5 and\n"
+          "OUT/val/<year>.h5 with dataset fields [T, C, size/2, size], OUT/stats/global_means.npy and\n"
+          "global_stds.npy ([1, C, 1, 1] over the training files); keys: steps=64 (T)  years=2 (training\n"
+          "files)  val_years=1  size  seed  channels (0: 20)  noise  compress.\n",
           out);
     return 0;
+}
+
+// One key=value of `galley data synth` into p: 0, 1 for a bad value, -1 for an unknown key.
+static int synth_key(h5_synth_params *p, const char *k, const char *v) {
+    int64_t x = 0;
+    int bad = 0;
+    if (!strcmp(k, "n")) bad = parse_i64(v, 1, 1000000000, &p->n);
+    else if (!strcmp(k, "size")) bad = parse_i64(v, 4, 4096, &p->size);
+    else if (!strcmp(k, "seed")) bad = parse_i64(v, 0, INT64_MAX, &p->seed);
+    else if (!strcmp(k, "classes")) bad = parse_i64(v, 2, 1000, &p->classes);
+    else if (!strcmp(k, "channels")) bad = parse_i64(v, 0, 64, &p->channels);
+    else if (!strcmp(k, "features")) bad = parse_i64(v, 2, 1000000, &p->features);
+    else if (!strcmp(k, "compress")) bad = parse_i64(v, 0, 9, &x), p->compress = (int)x;
+    else if (!strcmp(k, "steps")) bad = parse_i64(v, 2, 1000000, &p->steps);
+    else if (!strcmp(k, "years")) bad = parse_i64(v, 1, 1000, &p->years);
+    else if (!strcmp(k, "val_years")) bad = parse_i64(v, 1, 1000, &p->val_years);
+    else if (!strcmp(k, "noise")) {
+        char *end;
+        p->noise = strtod(v, &end);
+        bad = !*v || *end || p->noise < 0 || p->noise > 10;
+    } else if (!strcmp(k, "split")) {
+        bad = strcmp(v, "train") && strcmp(v, "val");
+        p->split = strcmp(v, "val") ? SPLIT_TRAIN : SPLIT_VAL;
+    } else if (!strcmp(k, "per_file")) {
+        bad = strcmp(v, "true") && strcmp(v, "false");
+        p->per_file = !strcmp(v, "true");
+    } else {
+        return -1;
+    }
+    return bad != 0;  // parse_i64's -1 is a bad value, not an unknown key
+}
+
+// Whether key k applies to the kind: weather2d writes yearly series (steps, years, val_years),
+// the others samples (n, split, per_file).
+static bool synth_key_applies(int kind, const char *k) {
+    static const char *const series[] = {"steps", "years", "val_years", NULL};
+    static const char *const samples[] = {"n", "split", "per_file", "classes", "features", NULL};
+    const char *const *off = kind == SYNTH_WEATHER2D ? samples : series;
+    for (int i = 0; off[i]; i++)
+        if (!strcmp(off[i], k)) return false;
+    return true;
 }
 
 static int cmd_synth(int argc, char **argv) {
@@ -58,33 +103,19 @@ static int cmd_synth(int argc, char **argv) {
             return GL_EXIT_USAGE;
         }
         *eq = 0;
-        const char *k = argv[i], *v = eq + 1;
-        int64_t x = 0;
-        int bad = 0;
-        if (!strcmp(k, "n")) bad = parse_i64(v, 1, 1000000000, &p.n);
-        else if (!strcmp(k, "size")) bad = parse_i64(v, 4, 4096, &p.size);
-        else if (!strcmp(k, "seed")) bad = parse_i64(v, 0, INT64_MAX, &p.seed);
-        else if (!strcmp(k, "classes")) bad = parse_i64(v, 2, 1000, &p.classes);
-        else if (!strcmp(k, "channels")) bad = parse_i64(v, 0, 64, &p.channels);
-        else if (!strcmp(k, "features")) bad = parse_i64(v, 2, 1000000, &p.features);
-        else if (!strcmp(k, "compress")) bad = parse_i64(v, 0, 9, &x), p.compress = (int)x;
-        else if (!strcmp(k, "noise")) {
-            char *end;
-            p.noise = strtod(v, &end);
-            bad = !*v || *end || p.noise < 0 || p.noise > 10;
-        } else if (!strcmp(k, "split")) {
-            bad = strcmp(v, "train") && strcmp(v, "val");
-            p.split = strcmp(v, "val") ? SPLIT_TRAIN : SPLIT_VAL;
-        } else if (!strcmp(k, "per_file")) {
-            bad = strcmp(v, "true") && strcmp(v, "false");
-            p.per_file = !strcmp(v, "true");
-        } else {
+        int bad = synth_key(&p, argv[i], eq + 1);
+        if (bad < 0) {
             fprintf(stderr, "galley: error: unknown key '%s' (n, size, seed, split, classes, channels, features, "
-                            "noise, compress, per_file)\n", k);
+                            "noise, compress, per_file; weather2d: steps, years, val_years)\n", argv[i]);
             return GL_EXIT_USAGE;
         }
         if (bad) {
-            fprintf(stderr, "galley: error: bad value '%s' for %s (see galley data synth --help)\n", v, k);
+            fprintf(stderr, "galley: error: bad value '%s' for %s (see galley data synth --help)\n", eq + 1, argv[i]);
+            return GL_EXIT_USAGE;
+        }
+        if (!synth_key_applies(p.kind, argv[i])) {
+            fprintf(stderr, "galley: error: %s does not apply to %s (see galley data synth --help)\n", argv[i],
+                    argv[0]);
             return GL_EXIT_USAGE;
         }
     }
@@ -92,6 +123,13 @@ static int cmd_synth(int argc, char **argv) {
     if (most > 0 && p.classes > most) {
         fprintf(stderr, "galley: error: %s has at most %lld classes\n", synth_kind_name(p.kind), (long long)most);
         return GL_EXIT_USAGE;
+    }
+    if (p.kind == SYNTH_WEATHER2D) {
+        if (h5_synth_write_series(&p, argv[1], stderr)) return GL_EXIT_RUNTIME;
+        printf("galley: wrote %s: weather2d, %lld training and %lld validation years of %lld time steps "
+               "(seed %lld), stats in %s/stats\n", argv[1], (long long)p.years, (long long)p.val_years,
+               (long long)p.steps, (long long)p.seed, argv[1]);
+        return GL_EXIT_OK;
     }
     if (h5_synth_write(&p, argv[1], stderr)) return GL_EXIT_RUNTIME;
     printf("galley: wrote %s: %s, %lld samples (%s split, seed %lld)\n", argv[1], synth_kind_name(p.kind),

@@ -28,6 +28,9 @@ void h5_synth_default_params(h5_synth_params *p) {
     p->classes = 3;
     p->features = 2;
     p->noise = 0.1;
+    p->steps = 64;
+    p->years = 2;
+    p->val_years = 1;
 }
 
 void h5_synth_recipe(const h5_synth_params *p, recipe_t *r) {
@@ -42,6 +45,8 @@ void h5_synth_recipe(const h5_synth_params *p, recipe_t *r) {
     r->data.synthetic.noise = p->noise;
     r->data.synthetic.train_size = p->n;
     r->data.synthetic.val_size = p->n;
+    r->data.synthetic.steps = p->steps;
+    r->data.synthetic.lead = 1;
 }
 
 int16_t h5_counts_from_log(float v) {

@@ -8,7 +8,8 @@
 // to (recipe.h's DATA_SOURCE_* name the first ones): append new sources.
 #define DATA_SOURCES(X)                 \
     X("synthetic", source_synthetic)    \
-    X("hdf5", source_hdf5)
+    X("hdf5", source_hdf5)              \
+    X("timeseries", source_timeseries)
 
 #define DECLARE(name, ops) extern const gl_source_ops ops;
 #define NAME(name, ops) name,

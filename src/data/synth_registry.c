@@ -13,7 +13,8 @@
     X("shapes2d", synth_kind_shapes2d)      \
     X("cosmo3d", synth_kind_cosmo3d)        \
     X("climate2d", synth_kind_climate2d)    \
-    X("nbody3d", synth_kind_nbody3d)
+    X("nbody3d", synth_kind_nbody3d)        \
+    X("weather2d", synth_kind_weather2d)
 
 #define DECLARE(name, kind) extern const synth_kind kind;
 #define NAME(name, kind) name,

@@ -345,9 +345,44 @@ static void cross_schedule(rctx *c, recipe_t *r, const yt_node *root) {
     }
 }
 
+static yt_mark mark_of(const yt_node *root, const char *key) {
+    const yt_node *k = node_at(root, key);
+    return k ? k->mark : root->mark;
+}
+
+// data.timeseries' lists hold whole numbers (channel indices, [H, W]); mean and std come together.
+// data.synthetic.lead of weather2d lies inside a series.
+static void cross_timeseries(rctx *c, recipe_t *r, const yt_node *root) {
+    if (r->data.source == DATA_SOURCE_TIMESERIES) {
+        const char *ck = "data.timeseries.channels", *sk = "data.timeseries.size";
+        const gl_floats *ch = &r->data.timeseries.channels, *sz = &r->data.timeseries.size;
+        for (int i = 0; i < ch->n; i++)
+            if (ch->v[i] != floor(ch->v[i]))
+                rctx_error(c, mark_of(root, ck), ck, "%g is no channel index (a whole number >= 0)", ch->v[i]);
+        if (sz->n != 0 && sz->n != 2)
+            rctx_error(c, mark_of(root, sk), sk, "expected [H, W] (or [] for the whole grid), found %d values", sz->n);
+        for (int i = 0; i < sz->n; i++)
+            if (sz->v[i] != floor(sz->v[i]))
+                rctx_error(c, mark_of(root, sk), sk, "expected whole numbers of rows and columns, found %g", sz->v[i]);
+        if (!r->data.timeseries.mean != !r->data.timeseries.std) {
+            const char *k = r->data.timeseries.mean ? "data.timeseries.mean" : "data.timeseries.std";
+            rctx_error(c, mark_of(root, k), k, "give data.timeseries.mean and data.timeseries.std together (or "
+                       "neither: no normalisation)");
+        }
+    }
+    if (r->data.source == DATA_SOURCE_SYNTHETIC && r->data.synthetic.kind == SYNTH_WEATHER2D &&
+        r->data.synthetic.lead >= r->data.synthetic.steps) {
+        const char *k = "data.synthetic.lead";
+        rctx_error(c, mark_of(root, k), k, "%lld is beyond a series of data.synthetic.steps = %lld time steps: "
+                   "pairs (x at t, x at t + lead) need lead < steps", (long long)r->data.synthetic.lead,
+                   (long long)r->data.synthetic.steps);
+    }
+}
+
 // Checks that involve more than one key.
 static void resolve_cross(rctx *c, recipe_t *r, const yt_node *root) {
     cross_schedule(c, r, root);
+    cross_timeseries(c, r, root);
     const yt_node *t = node_at(root, "train.target");
     yt_mark m = t ? t->mark : root->mark;
     bool above = !isnan(r->train.target.above), below = !isnan(r->train.target.below);

@@ -17,6 +17,7 @@ static bool has_classes(const void *b) { return synth_kind_reads(kind_of(b), SYN
 static bool is_vector_kind(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_FEATURES); }
 static bool is_field_kind(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_SIZE); }
 static bool has_channels(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_CHANNELS); }
+static bool has_steps(const void *b) { return synth_kind_reads(kind_of(b), SYNTH_KEY_STEPS); }
 static bool is_xent(const void *b) { return R(b)->train.loss == LOSS_SOFTMAX_XENT; }
 static bool is_l2_relative(const void *b) { return R(b)->train.loss == LOSS_L2_RELATIVE; }
 static bool is_sgd(const void *b) { return R(b)->optimizer.type == OPT_SGD; }
@@ -56,17 +57,24 @@ static const key_spec synthetic_keys[] = {
      "cosmo3d: 3D Gaussian random fields whose power spectrum depends on 4 parameters to regress "
      "(CosmoFlow-like, log1p-scaled counts); climate2d: multi-channel 2D fields with cyclone-like vortices "
      "and river-like bands, a 3-class mask per pixel (DeepCAM-like); nbody3d: 4-channel 3D fields to map "
-     "to 5 derived channels (the SC22 U-Net's Nbody to Hydro task)"},
+     "to 5 derived channels (the SC22 U-Net's Nbody to Hydro task); weather2d: multi-channel fields on a "
+     "lat-lon grid (size/2 x size) advected by a latitude-dependent zonal wind, diffused and forced, as pairs "
+     "(x at t, x at t + lead) (FourCastNet-like)"},
     {"classes", KT_INT, KF_DEFAULT, "3", 2, 1000, NULL, OFF(data.synthetic.classes), NULL,
      "number of classes (shapes2d: at most 6)", has_classes, "data.synthetic.kind is spirals, blobs or shapes2d"},
     {"features", KT_INT, KF_DEFAULT, "2", 2, 1e6, NULL, OFF(data.synthetic.features), NULL,
      "input features per sample", is_vector_kind, "data.synthetic.kind is spirals or blobs"},
     {"size", KT_INT, KF_DEFAULT, "32", 4, 4096, NULL, OFF(data.synthetic.size), NULL,
      "edge length of each image or volume (CosmoFlow's full size is 128)", is_field_kind,
-     "data.synthetic.kind is shapes2d, cosmo3d, climate2d or nbody3d"},
+     "data.synthetic.kind is shapes2d, cosmo3d, climate2d, nbody3d or weather2d"},
     {"channels", KT_INT, KF_DEFAULT, "0", 0, 64, NULL, OFF(data.synthetic.channels), NULL,
-     "input channels; 0 means the kind's own (shapes2d 3, cosmo3d 4, climate2d 16)", has_channels,
-     "data.synthetic.kind is shapes2d, cosmo3d or climate2d"},
+     "input channels; 0 means the kind's own (shapes2d 3, cosmo3d 4, climate2d 16, weather2d 20)", has_channels,
+     "data.synthetic.kind is shapes2d, cosmo3d, climate2d or weather2d"},
+    {"steps", KT_INT, KF_DEFAULT, "64", 2, 1e6, NULL, OFF(data.synthetic.steps), NULL,
+     "time steps per series (a year file of `galley data synth weather2d`); each series gives steps - lead "
+     "samples", has_steps, "data.synthetic.kind is weather2d"},
+    {"lead", KT_INT, KF_DEFAULT, "1", 1, 1e6, NULL, OFF(data.synthetic.lead), NULL,
+     "time steps from input to target", has_steps, "data.synthetic.kind is weather2d"},
     {"train_size", KT_INT, KF_DEFAULT, "4096", 1, 1e9, NULL, OFF(data.synthetic.train_size), NULL,
      "training samples, generated in memory from the seed"},
     {"val_size", KT_INT, KF_DEFAULT, "1024", 1, 1e9, NULL, OFF(data.synthetic.val_size), NULL,
@@ -78,6 +86,9 @@ static const key_spec synthetic_keys[] = {
 
 static bool is_synthetic(const void *b) { return R(b)->data.source == DATA_SOURCE_SYNTHETIC; }
 static bool is_hdf5(const void *b) { return R(b)->data.source == DATA_SOURCE_HDF5; }
+static bool is_timeseries(const void *b) { return R(b)->data.source == DATA_SOURCE_TIMESERIES; }
+// Sources that read HDF5 files on the loader's threads: cache, stage, locking, nonfinite apply.
+static bool reads_files(const void *b) { return is_hdf5(b) || is_timeseries(b); }
 static bool hdf5_labels(const void *b) { return is_hdf5(b) && R(b)->data.target != DATA_TARGET_VALUES; }
 static bool hdf5_normalized(const void *b) { return is_hdf5(b) && R(b)->data.normalize != DATA_NORM_NONE; }
 static bool hdf5_standard(const void *b) { return is_hdf5(b) && R(b)->data.normalize == DATA_NORM_STANDARD; }
@@ -96,6 +107,31 @@ static bool hdf5_minmax(const void *b) { return is_hdf5(b) && R(b)->data.normali
 static const key_spec train_file_keys[] = {SPLIT_FILE_KEYS(train, "training")};
 static const key_spec val_file_keys[] = {SPLIT_FILE_KEYS(val, "validation")};
 
+static const key_spec timeseries_keys[] = {
+    {"train", KT_STRING, KF_REQUIRED, NULL, NO_RANGE, NULL, OFF(data.timeseries.train), NULL,
+     "the training series: a directory (its *.h5 files, in name order: one file per year), a glob, or several "
+     "of these separated by commas"},
+    {"val", KT_STRING, KF_REQUIRED, NULL, NO_RANGE, NULL, OFF(data.timeseries.val), NULL,
+     "the validation series, as train"},
+    {"dataset", KT_STRING, KF_DEFAULT, "fields", NO_RANGE, NULL, OFF(data.timeseries.dataset), NULL,
+     "dataset of each file holding the series [T, C, H, W] (the NERSC tutorial's and FourCastNet's fields)"},
+    {"lead", KT_INT, KF_DEFAULT, "1", 1, 1e6, NULL, OFF(data.timeseries.lead), NULL,
+     "time steps from input to target: a sample is (fields[t], fields[t + lead]) of one file, for every t "
+     "with t + lead inside that file"},
+    {"channels", KT_FLOATS, KF_DEFAULT, "[]", 0, 1e6, NULL, OFF(data.timeseries.channels), NULL,
+     "indices of the channels read, in this order, for input and target alike; []: all"},
+    {"size", KT_FLOATS, KF_DEFAULT, "[]", 1, 1e6, NULL, OFF(data.timeseries.size), NULL,
+     "[H, W]: read rows 0..H-1 and columns 0..W-1 of each field (the tutorial's img_size); []: the whole grid"},
+    {"mean", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.timeseries.mean), NULL,
+     "per-channel means subtracted from input and target: a .npy file (float32 or float64, any shape holding "
+     "one value per channel read or per channel of the files, e.g. the tutorial's [1, C, 1, 1] "
+     "global_means.npy) or FILE.h5:DATASET; unset: no normalisation"},
+    {"std", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.timeseries.std), NULL,
+     "per-channel standard deviations the centred values are divided by, as mean (global_stds.npy); given "
+     "together with mean"},
+    KEY_END,
+};
+
 static const key_spec loader_keys[] = {
     {"threads", KT_INT, KF_DEFAULT, "2", 1, 256, NULL, OFF(data.loader.threads), NULL,
      "reader threads: they read, decode, transform and augment samples off the training thread; the batches "
@@ -107,11 +143,11 @@ static const key_spec loader_keys[] = {
     {"cache", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, cache_choices, OFF(data.loader.cache), NULL,
      "memory: keep each decoded sample (after transform and normalisation, before crops and augmentation) the "
      "first time it is read, so later epochs do not read files; needs samples x sample size x 4 bytes",
-     is_hdf5, "data.source is hdf5"},
+     reads_files, "data.source is hdf5 or timeseries"},
     {"stage", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.loader.stage), NULL,
      "copy the files this rank reads to this directory (node-local storage such as /dev/shm) at start, as "
      "MLPerf CosmoFlow does, and read them there; removed at the end",
-     is_hdf5, "data.source is hdf5"},
+     reads_files, "data.source is hdf5 or timeseries"},
     KEY_END,
 };
 
@@ -130,10 +166,14 @@ static const key_spec augment_keys[] = {
 
 static const key_spec data_keys[] = {
     {"source", KT_ENUM, KF_DEFAULT, "synthetic", NO_RANGE, data_source_choices, OFF(data.source), NULL,
-     "where samples come from: synthetic (built in, generated in memory from the seed) or hdf5 (files; "
-     "`galley data synth` writes the synthetic kinds as HDF5)"},
+     "where samples come from: synthetic (built in, generated in memory from the seed), hdf5 (files; "
+     "`galley data synth` writes the synthetic kinds as HDF5) or timeseries (yearly files of a field's time "
+     "series, see data.timeseries)"},
     {"synthetic", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, synthetic_keys,
      "the built-in data set", is_synthetic, "data.source is synthetic"},
+    {"timeseries", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, timeseries_keys,
+     "yearly HDF5 files of a field's time series (FourCastNet's layout): samples are (x at t, x at t + lead)",
+     is_timeseries, "data.source is timeseries"},
     {"train", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, train_file_keys,
      "the training split's files and dataset names", is_hdf5, "data.source is hdf5"},
     {"val", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, val_file_keys,
@@ -184,11 +224,11 @@ static const key_spec data_keys[] = {
     {"file_locking", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.file_locking), NULL,
      "HDF5 file locking (off by default: it fails on Lustre and some NFS); the HDF5_USE_FILE_LOCKING "
      "environment variable, when set, wins",
-     is_hdf5, "data.source is hdf5"},
+     reads_files, "data.source is hdf5 or timeseries"},
     {"nonfinite", KT_ENUM, KF_DEFAULT, "error", NO_RANGE, data_nonfinite_choices, OFF(data.nonfinite), NULL,
      "an input sample holding NaN or Inf: error (stop, naming the file, dataset and sample) or skip (serve the "
      "next valid sample of the same rank's batch in its place, deterministically; the count is reported)",
-     is_hdf5, "data.source is hdf5"},
+     reads_files, "data.source is hdf5 or timeseries"},
     {"loader", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, loader_keys,
      "how samples are read: reader threads, prefetch depth, cache, staging"},
     {"augment", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, augment_keys,

@@ -88,10 +88,13 @@ int train_check_splits(const recipe_t *r, const gl_dataset *t, const gl_dataset 
         snprintf(a, sizeof a, "%lld", (long long)t->classes), snprintf(b, sizeof b, "%lld", (long long)v->classes);
     }
     if (!what) return 0;
-    const bool h5 = r->data.source == DATA_SOURCE_HDF5;
+    const bool h5 = r->data.source == DATA_SOURCE_HDF5, ts = r->data.source == DATA_SOURCE_TIMESERIES;
+    const char *vf = h5 ? r->data.val.files : ts ? r->data.timeseries.val : "synthetic";
+    const char *tf = h5 ? r->data.train.files : ts ? r->data.timeseries.train : "synthetic";
     snprintf(msg, sizeof msg, "the validation split (%s) has %s %s per sample, the training split (%s) %s; the model "
                               "built for one evaluates the other, so both need the same shapes",
-             h5 ? r->data.val.files : "synthetic", what, b, h5 ? r->data.train.files : "synthetic", a);
-    say(err, recipe_mark(r, h5 ? "data.val.files" : "data"), h5 ? "data.val" : "data", msg, NULL);
+             vf, what, b, tf, a);
+    const char *key = h5 ? "data.val" : ts ? "data.timeseries.val" : "data";
+    say(err, recipe_mark(r, h5 ? "data.val.files" : key), key, msg, NULL);
     return -1;
 }

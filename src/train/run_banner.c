@@ -65,6 +65,9 @@ void run_banner(gl_run *u) {
     shape_format(&train->shape, shp, sizeof shp);
     if (r->data.source == DATA_SOURCE_HDF5)
         snprintf(info.data, sizeof info.data, "hdf5 %s, %s, input %s", r->data.train.files, task_words(train), shp);
+    else if (r->data.source == DATA_SOURCE_TIMESERIES)
+        snprintf(info.data, sizeof info.data, "timeseries %s, lead %lld, %s, input %s", r->data.timeseries.train,
+                 (long long)r->data.timeseries.lead, task_words(train), shp);
     else
         snprintf(info.data, sizeof info.data, "synthetic %s, %s, input %s", synth_kind_name(r->data.synthetic.kind),
                  task_words(train), shp);

@@ -422,9 +422,10 @@ static void test_registry_names_round_trip(void **state)
     assert_int_equal(synth_kind_find("cosmo3d"), SYNTH_COSMO3D);
     assert_int_equal(synth_kind_find("climate2d"), SYNTH_CLIMATE2D);
     assert_int_equal(synth_kind_find("nbody3d"), SYNTH_NBODY3D);
+    assert_int_equal(synth_kind_find("weather2d"), SYNTH_WEATHER2D);
     char list[512];
     synth_kind_list(list, sizeof list, ", ");
-    assert_string_equal(list, "spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d");
+    assert_string_equal(list, "spirals, blobs, shapes2d, cosmo3d, climate2d, nbody3d, weather2d");
 }
 
 static const key_spec *child(const key_spec *keys, const char *name)
