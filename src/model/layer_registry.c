@@ -13,7 +13,8 @@
     X(dense) X(relu) X(leaky_relu) X(tanh) X(sigmoid) X(gelu)                          \
     X(max_pool) X(avg_pool) X(global_avg_pool) X(batch_norm) X(layer_norm)             \
     X(dropout) X(scale) X(flatten) X(add) X(concat) X(upsample)                        \
-    X(conv) X(conv_transpose)
+    X(conv) X(conv_transpose)                                                          \
+    X(attention)
 
 #define LAYER_EXTERN_(name) extern const layer_kind layer_##name;
 LAYER_KINDS(LAYER_EXTERN_)

@@ -81,6 +81,10 @@ static const gc_config configs[] = {
     {"conv_transpose", "    - {type: conv_transpose, filters: 4, groups: 2, bias: false}\n", S3(2, 3, 3), 0},
     {"conv_transpose", "    - {type: conv_transpose, filters: 3, kernel: 2, dilation: 2}\n", S3(2, 3, 3), 0},
     {"conv_transpose", "    - {type: conv_transpose, filters: 2, kernel: 2, stride: 2}\n", S4(2, 2, 3, 2), 0},
+    {"attention", "    - {type: attention, heads: 2}\n", {2, {5, 4}, .tokens = true}, 0},
+    {"attention", "    - {type: attention, heads: 3, qkv_bias: false, causal: true}\n", {2, {7, 6}, .tokens = true}, 0},
+    {"attention", "    - {type: attention, heads: 1, dropout: 0.3, causal: true, init: pytorch}\n",
+     {2, {6, 3}, .tokens = true}, 0},
 };
 #define NCONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

@@ -116,6 +116,10 @@ static const gl_backend cpu = {
     .upsample_forward = cpu_upsample_forward,
     .upsample_backward = cpu_upsample_backward,
     // (end pool-norm region)
+    // (begin attention region)
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    // (end attention region)
 };
 
 const gl_backend *backend_cpu(void) { return &cpu; }

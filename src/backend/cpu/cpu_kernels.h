@@ -105,4 +105,17 @@ void cpu_upsample_forward(int64_t n, int64_t c, const int64_t in[3], const int f
 void cpu_upsample_backward(int64_t n, int64_t c, const int64_t in[3], const int f[3], const float *dy, float *dx);
 // (end pool-norm region)
 
+// (begin attention region)
+// cpu_attention.c (backend.h's contract)
+void cpu_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                           uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse);
+void cpu_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                            uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                            const float *lse, const float *dy, float *dqkv, float *work);
+// Test hook: isa -1 the best this CPU has, 0 scalar, 1 AVX2+FMA, 2 AVX-512 (a set the CPU lacks
+// falls back to the best it has); split -1 by thread count, 0 backward by whole (sample, head)
+// pairs, 1 in two passes over tiles. Returns the instruction set now in effect.
+int cpu_attention_force(int isa, int split);
+// (end attention region)
+
 #endif
