@@ -249,6 +249,14 @@ static int cu_set_precision(int precision, char *msg, size_t len) {
     return p;
 }
 
+// (begin attention region) cuda_attention.cu (backend.h's contract)
+void cuda_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                            uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse);
+void cuda_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                             uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                             const float *lse, const float *dy, float *dqkv, float *work);
+// (end attention region)
+
 static const gl_backend cuda_table = {
     .name = "cuda",
     .device = 1,
@@ -307,6 +315,8 @@ static const gl_backend cuda_table = {
     .copy_rows = cuda_copy_rows,
     .upsample_forward = cuda_upsample_forward,
     .upsample_backward = cuda_upsample_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
 };
 
 // GALLEY_CUDNN_WORKSPACE_MB caps what one convolution algorithm may use (default: 1/16 of the
