@@ -28,6 +28,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "galley/rng.h"
+#include "galley/rng_mix.h"  // the dropout key hashed once per call, then one mix per draw
 
 #define AQ 64   // queries per tile
 #define AK 64   // keys per tile
@@ -39,8 +40,12 @@ typedef struct {
     // c[m, cols] (=, or += when acc) a[m, k] . b[k, cols]; row-major, leading dimensions given
     void (*mm)(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                float *c, int64_t ldc, int acc);
-    // x[j] = e^(x[j] * scale - sub), 0 for -INF scores
-    void (*exp_row)(float *x, int64_t cnt, float scale, float sub);
+    // x[j] = e^(x[j] * scale - sub) for j < cnt; returns their sum
+    float (*exp_row)(float *x, int64_t cnt, float scale, float sub);
+    // max(m, max_j x[j] * scale) over j < cnt
+    float (*row_max)(const float *x, int64_t cnt, float scale, float m);
+    // x[j] *= a
+    void (*scale_row)(float *x, int64_t cnt, float a);
 } attn_kernels;
 
 static void mm_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
@@ -55,11 +60,22 @@ static void mm_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_
     }
 }
 
-static void exp_row_scalar(float *x, int64_t cnt, float scale, float sub) {
-    for (int64_t j = 0; j < cnt; j++) x[j] = expf(x[j] * scale - sub);
+static float exp_row_scalar(float *x, int64_t cnt, float scale, float sub) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < cnt; j++) sum += x[j] = expf(x[j] * scale - sub);
+    return sum;
 }
 
-static const attn_kernels attn_scalar = {mm_scalar, exp_row_scalar};
+static float row_max_scalar(const float *x, int64_t cnt, float scale, float m) {
+    for (int64_t j = 0; j < cnt; j++) m = fmaxf(m, x[j] * scale);
+    return m;
+}
+
+static void scale_row_scalar(float *x, int64_t cnt, float a) {
+    for (int64_t j = 0; j < cnt; j++) x[j] *= a;
+}
+
+static const attn_kernels attn_scalar = {mm_scalar, exp_row_scalar, row_max_scalar, scale_row_scalar};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ATTN_VECTOR 1
@@ -81,8 +97,8 @@ static const attn_kernels attn_scalar = {mm_scalar, exp_row_scalar};
 #undef AFN
 #pragma GCC pop_options
 
-static const attn_kernels attn_avx2 = {mm_avx2, exp_row_avx2};
-static const attn_kernels attn_avx512 = {mm_avx512, exp_row_avx512};
+static const attn_kernels attn_avx2 = {mm_avx2, exp_row_avx2, row_max_avx2, scale_row_avx2};
+static const attn_kernels attn_avx512 = {mm_avx512, exp_row_avx512, row_max_avx512, scale_row_avx512};
 #else
 #define ATTN_VECTOR 0
 #endif
@@ -148,7 +164,7 @@ typedef struct {
     int64_t t, e, ldq, ldy;  // ldq = 3 H E (a token's qkv), ldy = H E
     float scale, rate, keep_scale;
     int causal;
-    uint64_t seed, step, base;  // base of this pair's draws: the call's + (n H + h) T T
+    uint64_t key, base;  // dropout: rng_mix_key(seed, RNG_DROPOUT, step); base of this pair's draws: the call's + (n H + h) T T
     const float *q, *k, *v, *y, *dy, *lse, *dsum;
     float *yo, *lseo, *dq, *dk, *dv;
 } attn_pair;
@@ -158,7 +174,7 @@ static attn_pair attn_pair_at(const attn_call *c, int64_t pair) {
     const int64_t t = c->t, e = c->e, h = c->h, s = pair / h, hh = pair % h;
     attn_pair p = {.kr = c->kr, .t = t, .e = e, .ldq = 3 * h * e, .ldy = h * e, .scale = c->scale, .rate = c->rate,
                    .keep_scale = c->rate > 0 ? 1.0f / (1.0f - c->rate) : 1.0f, .causal = c->causal,
-                   .seed = c->seed, .step = c->step, .base = c->base + (uint64_t)(pair * t) * (uint64_t)t};
+                   .key = rng_mix_key(c->seed, RNG_DROPOUT, c->step), .base = c->base + (uint64_t)(pair * t) * (uint64_t)t};
     const int64_t qo = s * t * p.ldq + hh * e, yo = s * t * p.ldy + hh * e, ro = pair * t;
     p.q = c->qkv + qo, p.k = c->qkv + qo + h * e, p.v = c->qkv + qo + 2 * h * e;
     p.y = c->y ? c->y + yo : NULL, p.dy = c->dy ? c->dy + yo : NULL, p.yo = c->yo ? c->yo + yo : NULL;
@@ -191,7 +207,7 @@ static int64_t attn_visible(const attn_pair *p, int64_t i, int64_t j0, int64_t c
 static inline float attn_keep(const attn_pair *p, int64_t i, int64_t j) {
     if (p->rate <= 0) return 1.0f;
     const uint64_t idx = p->base + (uint64_t)i * (uint64_t)p->t + (uint64_t)j;
-    return rng_uniform(p->seed, RNG_DROPOUT, p->step, idx) < p->rate ? 0.0f : p->keep_scale;
+    return rng_mix_uniform(p->key, idx) < p->rate ? 0.0f : p->keep_scale;  // = rng_uniform(seed, RNG_DROPOUT, step, idx)
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -200,26 +216,21 @@ static inline float attn_keep(const attn_pair *p, int64_t i, int64_t j) {
 // running maxima and sums; y rows rescaled; s becomes the (dropped-out) probabilities.
 static void attn_fwd_softmax(const attn_pair *p, int64_t i0, int64_t bq, int64_t j0, int64_t bk, float *s, float *m,
                              float *l) {
+    const attn_kernels *kr = p->kr;
     for (int64_t r = 0; r < bq; r++) {
         float *sr = s + r * AK;
         const int64_t nv = attn_visible(p, i0 + r, j0, bk);
-        float mx = m[r];
-        for (int64_t j = 0; j < nv; j++) mx = fmaxf(mx, sr[j] * p->scale);
         if (nv == 0) {
             memset(sr, 0, sizeof(float) * (size_t)bk);
             continue;
         }
+        const float mx = kr->row_max(sr, nv, p->scale, m[r]);
         const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mx);
-        p->kr->exp_row(sr, nv, p->scale, mx);
+        const float sum = kr->exp_row(sr, nv, p->scale, mx);
         if (nv < bk) memset(sr + nv, 0, sizeof(float) * (size_t)(bk - nv));
-        float sum = 0.0f;
-        for (int64_t j = 0; j < nv; j++) sum += sr[j];
         l[r] = l[r] * alpha + sum;
         m[r] = mx;
-        if (alpha != 1.0f) {
-            float *yr = p->yo + (i0 + r) * p->ldy;
-            for (int64_t f = 0; f < p->e; f++) yr[f] *= alpha;
-        }
+        if (alpha != 1.0f) kr->scale_row(p->yo + (i0 + r) * p->ldy, p->e, alpha);
         if (p->rate > 0)
             for (int64_t j = 0; j < nv; j++) sr[j] *= attn_keep(p, i0 + r, j0 + j);
     }
@@ -241,8 +252,7 @@ static void attn_fwd_tile(const attn_pair *p, int64_t i0, int64_t bq) {
     }
     for (int64_t r = 0; r < bq; r++) {
         float *yr = p->yo + (i0 + r) * p->ldy;
-        const float inv = 1.0f / l[r];
-        for (int64_t f = 0; f < p->e; f++) yr[f] *= inv;
+        p->kr->scale_row(yr, p->e, 1.0f / l[r]);
         p->lseo[i0 + r] = m[r] + logf(l[r]);
     }
 }
