@@ -333,7 +333,8 @@ static void test_layer_is_pytorch_multihead_attention(void **state) {
         for (int64_t u = 0; u < D; u++) {
             double a = bo[u];
             for (int64_t k = 0; k < D; k++) a += o[r * D + k] * wo[u * D + k];
-            if (fabs(y[r * D + u] - a) > 1e-5 * (1 + fabs(a))) fail_msg("y[%lld, %lld] = %g, want %g", (long long)r, (long long)u, y[r * D + u], a);
+            if (fabs(y[r * D + u] - a) > 1e-5 * (1 + fabs(a)))
+                fail_msg("y[%lld, %lld] = %g, want %g", (long long)r, (long long)u, y[r * D + u], a);
         }
     free(lse), free(o), free(qkv);
     tl_model_free(&m);

@@ -20,8 +20,16 @@
 // Instruction sets: the tile products (a small GEMM with register tiles of 4 rows x 2 vectors) and
 // the exponentials have AVX-512 and AVX2+FMA versions (cpu_attention_body.h, chosen at run time as
 // the conv kernels choose theirs) and a scalar one (plain loops, libm's expf); they differ only in
-// rounding. Measured on this 2-core AVX2 machine (Zen, 1 thread, one head, E = 48, forward +
-// backward, ms), scalar -> AVX2: see the table at the end of this file.
+// rounding. Measured (one thread of a shared 2-core AMD EPYC with AVX2, no AVX-512; N = H = 1,
+// E = 48, no mask, best of several runs, ms):
+//     T       scalar fwd / bwd      AVX2 fwd / bwd     (AVX2 forward: ~22 GFLOP/s of q k^T and p v)
+//     64        0.29 /    0.67        0.035 / 0.082
+//     256       4.6  /   10.8         0.55  / 1.30
+//     1024     75    /  173           9.1   / 20.7
+//     4050   1185    / 2754         141     / 324
+// AVX-512 could not be timed here (none on this CPU; it compiles and shares the AVX2 code).
+// Tried and dropped: 4 x 3 register tiles (GCC spilled them on AVX2: 1.3-2x slower), 128-query
+// forward tiles (no gain measurable on this loaded machine).
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -164,7 +172,8 @@ typedef struct {
     int64_t t, e, ldq, ldy;  // ldq = 3 H E (a token's qkv), ldy = H E
     float scale, rate, keep_scale;
     int causal;
-    uint64_t key, base;  // dropout: rng_mix_key(seed, RNG_DROPOUT, step); base of this pair's draws: the call's + (n H + h) T T
+    // dropout: key = rng_mix_key(seed, RNG_DROPOUT, step); this pair's first draw: the call's base + (n H + h) T T
+    uint64_t key, base;
     const float *q, *k, *v, *y, *dy, *lse, *dsum;
     float *yo, *lseo, *dq, *dk, *dv;
 } attn_pair;
@@ -174,7 +183,8 @@ static attn_pair attn_pair_at(const attn_call *c, int64_t pair) {
     const int64_t t = c->t, e = c->e, h = c->h, s = pair / h, hh = pair % h;
     attn_pair p = {.kr = c->kr, .t = t, .e = e, .ldq = 3 * h * e, .ldy = h * e, .scale = c->scale, .rate = c->rate,
                    .keep_scale = c->rate > 0 ? 1.0f / (1.0f - c->rate) : 1.0f, .causal = c->causal,
-                   .key = rng_mix_key(c->seed, RNG_DROPOUT, c->step), .base = c->base + (uint64_t)(pair * t) * (uint64_t)t};
+                   .key = rng_mix_key(c->seed, RNG_DROPOUT, c->step),
+                   .base = c->base + (uint64_t)(pair * t) * (uint64_t)t};
     const int64_t qo = s * t * p.ldq + hh * e, yo = s * t * p.ldy + hh * e, ro = pair * t;
     p.q = c->qkv + qo, p.k = c->qkv + qo + h * e, p.v = c->qkv + qo + 2 * h * e;
     p.y = c->y ? c->y + yo : NULL, p.dy = c->dy ? c->dy + yo : NULL, p.yo = c->yo ? c->yo + yo : NULL;
@@ -207,7 +217,8 @@ static int64_t attn_visible(const attn_pair *p, int64_t i, int64_t j0, int64_t c
 static inline float attn_keep(const attn_pair *p, int64_t i, int64_t j) {
     if (p->rate <= 0) return 1.0f;
     const uint64_t idx = p->base + (uint64_t)i * (uint64_t)p->t + (uint64_t)j;
-    return rng_mix_uniform(p->key, idx) < p->rate ? 0.0f : p->keep_scale;  // = rng_uniform(seed, RNG_DROPOUT, step, idx)
+    // = rng_uniform(seed, RNG_DROPOUT, step, idx), with the key hashed once
+    return rng_mix_uniform(p->key, idx) < p->rate ? 0.0f : p->keep_scale;
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -313,7 +324,8 @@ static void attn_bwd_rows(const attn_pair *p, int64_t x0, bool kv) {
     if (kv) {
         attn_zero_rows(p->dk + x0 * p->ldq, bx, p->ldq, p->e);
         attn_zero_rows(p->dv + x0 * p->ldq, bx, p->ldq, p->e);
-        for (int64_t i0 = attn_first_q(p, x0); i0 < t; i0 += AQ) attn_bwd_tile(p, i0, t - i0 < AQ ? t - i0 : AQ, x0, bx, true, false);
+        for (int64_t i0 = attn_first_q(p, x0); i0 < t; i0 += AQ)
+            attn_bwd_tile(p, i0, t - i0 < AQ ? t - i0 : AQ, x0, bx, true, false);
     } else {
         attn_zero_rows(p->dq + x0 * p->ldq, bx, p->ldq, p->e);
         const int64_t jend = p->causal ? x0 + bx : t;

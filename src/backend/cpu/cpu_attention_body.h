@@ -42,12 +42,14 @@ static void AFN(mm)(int64_t m, int64_t cols, int64_t k, const float *a, int64_t 
     int64_t i = 0;
     for (; i + 4 <= m; i += 4) {
         int64_t j = 0;
-        for (; j + 2 * AW <= cv; j += 2 * AW) AFN(mm_block)(4, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
+        for (; j + 2 * AW <= cv; j += 2 * AW)
+            AFN(mm_block)(4, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
         if (j < cv) AFN(mm_block)(4, 1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
     }
     for (; i < m; i++) {
         int64_t j = 0;
-        for (; j + 2 * AW <= cv; j += 2 * AW) AFN(mm_block)(1, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
+        for (; j + 2 * AW <= cv; j += 2 * AW)
+            AFN(mm_block)(1, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
         if (j < cv) AFN(mm_block)(1, 1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
     }
     if (cv < cols)

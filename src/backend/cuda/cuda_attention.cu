@@ -103,7 +103,8 @@ __global__ static void at_forward_k(at_args a, const float *qkv, float *y, float
 // d[N, H, T] = rowsum(dy * y), a thread per row.
 __global__ static void at_rowdot_k(int64_t n, int64_t t, int64_t h, int64_t e, const float *y, const float *dy,
                                    float *d) {
-    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < n * h * t; r += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t rows = n * h * t, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < rows; r += stride) {
         const int64_t s = r / (h * t), hh = r / t % h, i = r % t, o = ((s * t + i) * h + hh) * e;
         d[r] = at_dot(y + o, dy + o, e);
     }
@@ -159,7 +160,8 @@ __global__ static void at_dkv_k(at_args a, const float *qkv, const float *dy, co
         __syncthreads();
         at_load(a, qkv, n, hh, 0, i0, cnt, qs);
         at_load(a, dy, n, hh, -1, i0, cnt, dys);
-        for (int r = threadIdx.x; r < cnt; r += blockDim.x) ls[r] = lse[pair * a.t + i0 + r], ds_[r] = d[pair * a.t + i0 + r];
+        for (int r = threadIdx.x; r < cnt; r += blockDim.x)
+            ls[r] = lse[pair * a.t + i0 + r], ds_[r] = d[pair * a.t + i0 + r];
         __syncthreads();
         if (!live) continue;
         for (int r = 0; r < cnt; r++) {
