@@ -340,6 +340,46 @@ static void test_layer_is_pytorch_multihead_attention(void **state) {
     tl_model_free(&m);
 }
 
+static double max_diff(const float *a, const float *b, int64_t cnt) {
+    double m = 0;
+    for (int64_t i = 0; i < cnt; i++) m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+// Dropout in the layer: evaluation ignores it; in training, sample 1 of a batch draws what it draws
+// alone as row 0 of a rank whose batch starts at global row 1 (row0), and another step draws anew.
+static void test_layer_dropout_keys_by_global_row(void **state) {
+    (void)state;
+    const int64_t T = 9, D = 8, sz = T * D;
+    tl_model m, z;
+    tl_model_build(&m, "    - {type: attention, heads: 2, dropout: 0.4}\n", tokens(T, D), 2);
+    tl_model_build(&z, "    - {type: attention, heads: 2}\n", tokens(T, D), 2);
+    tl_fill_uniform(m.g.params, m.g.nparams, -1, 1, 800);
+    memcpy(z.g.params, m.g.params, sizeof(float) * (size_t)m.g.nparams);
+    tl_fill_uniform(m.g.input.data, 2 * sz, -1, 1, 801);
+    memcpy(z.g.input.data, m.g.input.data, sizeof(float) * (size_t)(2 * sz));
+    const float *y = graph_output(&m.g)->data;
+    float *both = malloc(sizeof(float) * (size_t)(2 * sz)), *eval = malloc(sizeof(float) * (size_t)(2 * sz));
+    assert_true(both && eval);
+    graph_forward(&m.g, 2, false);
+    memcpy(eval, y, sizeof(float) * (size_t)(2 * sz));
+    graph_forward(&z.g, 2, true);
+    assert_memory_equal(eval, graph_output(&z.g)->data, sizeof(float) * (size_t)(2 * sz));
+    m.g.seed = 3, m.g.step = 7, m.g.row0 = 0;
+    graph_forward(&m.g, 2, true);
+    memcpy(both, y, sizeof(float) * (size_t)(2 * sz));
+    assert_true(max_diff(both, eval, 2 * sz) > 1e-2);
+    memcpy(m.g.input.data, m.g.input.data + sz, sizeof(float) * (size_t)sz);
+    m.g.row0 = 1;  // (sgemm's rounding may depend on the row count: compared within 1e-5, not in bits)
+    graph_forward(&m.g, 1, true);
+    assert_true(max_diff(y, both + sz, sz) < 1e-5);
+    m.g.step = 8;
+    graph_forward(&m.g, 1, true);
+    assert_true(max_diff(y, both + sz, sz) > 1e-2);
+    free(eval), free(both);
+    tl_model_free(&z), tl_model_free(&m);
+}
+
 // Scratch and work exactly linear in T (no T^2 term), and dropout does not change them.
 static void test_layer_memory_is_linear_in_t(void **state) {
     (void)state;
@@ -406,6 +446,7 @@ int main(void) {
         cmocka_unit_test(test_dropout_keeps_about_one_minus_rate),
         cmocka_unit_test(test_layer_heads_must_divide_d),
         cmocka_unit_test(test_layer_is_pytorch_multihead_attention),
+        cmocka_unit_test(test_layer_dropout_keys_by_global_row),
         cmocka_unit_test(test_layer_memory_is_linear_in_t),
         cmocka_unit_test(test_layer_checkpoint_roundtrip),
     };
