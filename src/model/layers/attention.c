@@ -78,7 +78,8 @@ static int attention_infer(layer_t *l, char *err, size_t errlen) {
                                          .fan_in = fi, .fan_out = fi};
     l->params[l->nparams++] = (gl_param){.name = "out_proj.bias", .shape = {1, {a.d}}, .size = a.d, .fan_in = fi,
                                          .fan_out = fi};
-    // projections (3D + D outputs of D inputs per token), then q k^T and p v per head
+    // projections (3D + D outputs of D inputs per token), then q k^T and p v per head (causal too:
+    // the masked half is counted too)
     l->flops = 2 * a.t * a.d * 4 * a.d + 2 * 2 * a.t * a.t * a.e * a.h;
     const int64_t rows = l->batch * a.t;
     l->scratch_floats = rows * 4 * a.d + l->batch * a.h * a.t;  // qkv, o, lse
