@@ -290,6 +290,25 @@ typedef struct gl_backend {
 
     // ---- attention (transformers): owned by src/backend/cpu/cpu_attention.c ----
     // (begin attention region)
+    // Multi-head self-attention, memory-efficient (tiled over keys with an online softmax, as
+    // FlashAttention-2: no T x T buffer exists; memory and temporaries grow with T, not T^2).
+    // qkv[N, T, 3, H, E]: per token q for all heads, then k, then v (PyTorch's in_proj packing).
+    // y[N, T, H, E] = softmax(q k^T * scale) v per (sample, head), keys j > i masked when causal;
+    // lse[N, H, T] = each row's log-sum-exp of the scaled (masked) scores, for backward.
+    // Attention-probability dropout (rate > 0 only; the layer passes 0 outside training): the
+    // probability of query i for key j in head h of sample n is dropped iff
+    // rng_uniform(seed, RNG_DROPOUT, step, base + ((n*H + h)*T + i)*T + j) < rate, else scaled by
+    // 1 / (1 - rate); lse is that of the undropped softmax. Backward draws the same numbers again:
+    // no mask is stored. Results do not depend on the thread count.
+    void (*attention_forward)(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                              uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse);
+    // dqkv[N, T, 3, H, E] overwritten with the gradient of y's loss w.r.t. qkv, from dy[N, T, H, E] and
+    // what forward took and gave (same n .. base, qkv, y, lse). Probabilities are recomputed tile by
+    // tile from qkv and lse. work[N, H, T]: the caller's temporary, the row sums D = rowsum(dy * y)
+    // (the kernels' other temporaries are tiles of a fixed size: none grows with T).
+    void (*attention_backward)(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                               uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                               const float *lse, const float *dy, float *dqkv, float *work);
     // (end attention region)
 
     // ---- token ops (patches, position embeddings, pooling, drop path): src/backend/cpu/cpu_tokens.c ----

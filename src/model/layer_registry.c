@@ -14,7 +14,7 @@
     X(max_pool) X(avg_pool) X(global_avg_pool) X(batch_norm) X(layer_norm)             \
     X(dropout) X(scale) X(flatten) X(add) X(concat) X(upsample)                        \
     X(conv) X(conv_transpose)                                                         \
-    X(patch_embed) X(pos_embed) X(drop_path) X(token_pool) X(unpatch)
+    X(patch_embed) X(pos_embed) X(attention) X(drop_path) X(token_pool) X(unpatch)
 
 #define LAYER_EXTERN_(name) extern const layer_kind layer_##name;
 LAYER_KINDS(LAYER_EXTERN_)

@@ -106,6 +106,10 @@ static const gc_config configs[] = {
      S3(2, 4, 6), 0},
     {"unpatch", "    - {type: patch_embed, patch: 2, dim: 3}\n    - {type: unpatch, channels: 3, bias: true}\n",
      S4(1, 4, 2, 2), 0},
+    {"attention", "    - {type: attention, heads: 2}\n", {2, {5, 4}, .tokens = true}, 0},
+    {"attention", "    - {type: attention, heads: 3, qkv_bias: false, causal: true}\n", {2, {7, 6}, .tokens = true}, 0},
+    {"attention", "    - {type: attention, heads: 1, dropout: 0.3, causal: true, init: pytorch}\n",
+     {2, {6, 3}, .tokens = true}, 0},
 };
 #define NCONFIGS ((int)(sizeof configs / sizeof configs[0]))
 

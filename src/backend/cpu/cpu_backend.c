@@ -123,6 +123,10 @@ static const gl_backend cpu = {
     .row_spread = cpu_row_spread,
     .row_scale = cpu_row_scale,
     // (end token region)
+    // (begin attention region)
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    // (end attention region)
 };
 
 const gl_backend *backend_cpu(void) { return &cpu; }

@@ -116,5 +116,17 @@ void cpu_row_spread(int64_t n, int64_t m, int64_t len, float scale, const float 
                     int accumulate);
 void cpu_row_scale(int64_t rows, int64_t len, const float *s, const float *src, float *dst, int accumulate);
 // (end token region)
+// (begin attention region)
+// cpu_attention.c (backend.h's contract)
+void cpu_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                           uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse);
+void cpu_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                            uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                            const float *lse, const float *dy, float *dqkv, float *work);
+// Test hook: isa -1 the best this CPU has, 0 scalar, 1 AVX2+FMA, 2 AVX-512 (a set the CPU lacks
+// falls back to the best it has); split -1 by thread count, 0 backward by whole (sample, head)
+// pairs, 1 in two passes over tiles. Returns the instruction set now in effect.
+int cpu_attention_force(int isa, int split);
+// (end attention region)
 
 #endif

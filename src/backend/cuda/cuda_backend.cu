@@ -257,6 +257,13 @@ void cuda_row_sum(int64_t n, int64_t m, int64_t len, float scale, const float *s
 void cuda_row_spread(int64_t n, int64_t m, int64_t len, float scale, const float *src, float *dst,
                      int64_t dst_stride, int accumulate);
 void cuda_row_scale(int64_t rows, int64_t len, const float *s, const float *src, float *dst, int accumulate);
+// (begin attention region) cuda_attention.cu (backend.h's contract)
+void cuda_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                            uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse);
+void cuda_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                             uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                             const float *lse, const float *dy, float *dqkv, float *work);
+// (end attention region)
 
 static const gl_backend cuda_table = {
     .name = "cuda",
@@ -321,6 +328,8 @@ static const gl_backend cuda_table = {
     .row_sum = cuda_row_sum,
     .row_spread = cuda_row_spread,
     .row_scale = cuda_row_scale,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
 };
 
 // GALLEY_CUDNN_WORKSPACE_MB caps what one convolution algorithm may use (default: 1/16 of the

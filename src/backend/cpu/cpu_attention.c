@@ -1,0 +1,391 @@
+// cpu_attention.c: memory-efficient multi-head self-attention (backend.h's attention_forward and
+// attention_backward), FlashAttention-2's algorithm on the CPU.
+//
+// Forward takes one (sample, head, tile of AQ queries) at a time: the scores against a tile of AK
+// keys go into a fixed AQ x AK buffer, an online softmax rescales the running output rows (kept in
+// y itself) by e^(m_old - m_new) whenever a row's maximum grows, and the tile's probabilities times
+// the value tile are added in; at the end each row is divided by its sum and lse = m + log(sum) is
+// kept. Backward first forms D_i = rowsum(dy * y), then recomputes each (query tile, key tile)'s
+// probabilities from lse and sums dV += P^T dy, dK += dS^T q, dQ += dS k with dS = P (dP - D)
+// scale. Every temporary is a tile on the stack (at most ~80 KiB, whatever T is) or the caller's
+// work [N, H, T]: nothing here allocates, so no buffer grows with T^2 (test_attention.c checks
+// the layer's sizes are linear in T; this file has no allocation at all).
+//
+// Order: every output element sums its terms in one fixed order (keys in tile order for y and dQ,
+// queries in tile order for dK and dV) whichever thread computes it, so results do not depend on
+// the thread count. Threads take (sample, head, query tile) tasks forward; backward takes whole
+// (sample, head) pairs when there are at least as many pairs as threads, else two passes (key
+// tiles for dK and dV, then query tiles for dQ: the scores are computed twice) with the same sums.
+//
+// Instruction sets: the tile products (a small GEMM with register tiles of 4 rows x 2 vectors) and
+// the exponentials have AVX-512 and AVX2+FMA versions (cpu_attention_body.h, chosen at run time as
+// the conv kernels choose theirs) and a scalar one (plain loops, libm's expf); they differ only in
+// rounding. Measured (one thread of a shared 2-core AMD EPYC with AVX2, no AVX-512; N = H = 1,
+// E = 48, no mask, best of several runs, ms):
+//     T       scalar fwd / bwd      AVX2 fwd / bwd     (AVX2 forward: ~22 GFLOP/s of q k^T and p v)
+//     64        0.29 /    0.67        0.035 / 0.082
+//     256       4.6  /   10.8         0.55  / 1.30
+//     1024     75    /  173           9.1   / 20.7
+//     4050   1185    / 2754         141     / 324
+// AVX-512 could not be timed here (none on this CPU; it compiles and shares the AVX2 code).
+// Tried and dropped: 4 x 3 register tiles (GCC spilled them on AVX2: 1.3-2x slower), 128-query
+// forward tiles (no gain measurable on this loaded machine).
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "galley/rng.h"
+#include "galley/rng_mix.h"  // the dropout key hashed once per call, then one mix per draw
+
+#define AQ 64   // queries per tile
+#define AK 64   // keys per tile
+#define AEC 64  // features per packed chunk of a transposed tile
+
+// ---- inner kernels ------------------------------------------------------------------------------
+
+typedef struct {
+    // c[m, cols] (=, or += when acc) a[m, k] . b[k, cols]; row-major, leading dimensions given
+    void (*mm)(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+               float *c, int64_t ldc, int acc);
+    // x[j] = e^(x[j] * scale - sub) for j < cnt; returns their sum
+    float (*exp_row)(float *x, int64_t cnt, float scale, float sub);
+    // max(m, max_j x[j] * scale) over j < cnt
+    float (*row_max)(const float *x, int64_t cnt, float scale, float m);
+    // x[j] *= a
+    void (*scale_row)(float *x, int64_t cnt, float a);
+} attn_kernels;
+
+static void mm_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, int acc) {
+    for (int64_t i = 0; i < m; i++) {
+        float *ci = c + i * ldc;
+        if (!acc) memset(ci, 0, sizeof(float) * (size_t)cols);
+        for (int64_t q = 0; q < k; q++) {
+            const float x = a[i * lda + q], *bq = b + q * ldb;
+            for (int64_t j = 0; j < cols; j++) ci[j] += x * bq[j];
+        }
+    }
+}
+
+static float exp_row_scalar(float *x, int64_t cnt, float scale, float sub) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < cnt; j++) sum += x[j] = expf(x[j] * scale - sub);
+    return sum;
+}
+
+static float row_max_scalar(const float *x, int64_t cnt, float scale, float m) {
+    for (int64_t j = 0; j < cnt; j++) m = fmaxf(m, x[j] * scale);
+    return m;
+}
+
+static void scale_row_scalar(float *x, int64_t cnt, float a) {
+    for (int64_t j = 0; j < cnt; j++) x[j] *= a;
+}
+
+static const attn_kernels attn_scalar = {mm_scalar, exp_row_scalar, row_max_scalar, scale_row_scalar};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ATTN_VECTOR 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define AW 8
+#define AFN(name) name##_avx2
+#include "backend/cpu/cpu_attention_body.h"
+#undef AW
+#undef AFN
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+#define AW 16
+#define AFN(name) name##_avx512
+#include "backend/cpu/cpu_attention_body.h"
+#undef AW
+#undef AFN
+#pragma GCC pop_options
+
+static const attn_kernels attn_avx2 = {mm_avx2, exp_row_avx2, row_max_avx2, scale_row_avx2};
+static const attn_kernels attn_avx512 = {mm_avx512, exp_row_avx512, row_max_avx512, scale_row_avx512};
+#else
+#define ATTN_VECTOR 0
+#endif
+
+// The best instruction set this CPU has: 2 AVX-512, 1 AVX2+FMA, 0 none (asked once).
+static int attn_isa_best(void) {
+#if ATTN_VECTOR
+    static int isa = -1;
+    int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("fma")
+                ? 2
+            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
+                                                                               : 0;
+        __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
+// Test hooks (cpu_kernels.h): a forced instruction set (-1: the best) and backward split (-1: by
+// the thread count, 0: whole pairs, 1: two passes).
+static int attn_isa_forced = -1, attn_split_forced = -1;
+
+int cpu_attention_force(int isa, int split) {
+    __atomic_store_n(&attn_isa_forced, isa, __ATOMIC_RELAXED);
+    __atomic_store_n(&attn_split_forced, split, __ATOMIC_RELAXED);
+    const int best = attn_isa_best();
+    return isa < 0 || isa > best ? best : isa;
+}
+
+static const attn_kernels *attn_kernels_get(void) {
+    int isa = attn_isa_best(), f = __atomic_load_n(&attn_isa_forced, __ATOMIC_RELAXED);
+    if (f >= 0 && f < isa) isa = f;
+#if ATTN_VECTOR
+    return isa == 2 ? &attn_avx512 : isa == 1 ? &attn_avx2 : &attn_scalar;
+#else
+    return &attn_scalar;
+#endif
+}
+
+// ---- shared pieces --------------------------------------------------------------------------------
+
+// One call's arguments (the tensors it does not take are NULL).
+typedef struct {
+    const attn_kernels *kr;
+    int64_t n, t, h, e;
+    float scale, rate;
+    int causal;
+    uint64_t seed, step, base;
+    const float *qkv, *y, *dy, *lse, *dsum;
+    float *yo, *lseo, *dqkv;
+} attn_call;
+
+// One (sample, head) of a call: where its q, k, v, y rows start and their strides.
+typedef struct {
+    const attn_kernels *kr;
+    int64_t t, e, ldq, ldy;  // ldq = 3 H E (a token's qkv), ldy = H E
+    float scale, rate, keep_scale;
+    int causal;
+    // dropout: key = rng_mix_key(seed, RNG_DROPOUT, step); this pair's first draw: the call's base + (n H + h) T T
+    uint64_t key, base;
+    const float *q, *k, *v, *y, *dy, *lse, *dsum;
+    float *yo, *lseo, *dq, *dk, *dv;
+} attn_pair;
+
+// Pair number `pair` (sample pair / H, head pair % H) of call c.
+static attn_pair attn_pair_at(const attn_call *c, int64_t pair) {
+    const int64_t t = c->t, e = c->e, h = c->h, s = pair / h, hh = pair % h;
+    attn_pair p = {.kr = c->kr, .t = t, .e = e, .ldq = 3 * h * e, .ldy = h * e, .scale = c->scale, .rate = c->rate,
+                   .keep_scale = c->rate > 0 ? 1.0f / (1.0f - c->rate) : 1.0f, .causal = c->causal,
+                   .key = rng_mix_key(c->seed, RNG_DROPOUT, c->step),
+                   .base = c->base + (uint64_t)(pair * t) * (uint64_t)t};
+    const int64_t qo = s * t * p.ldq + hh * e, yo = s * t * p.ldy + hh * e, ro = pair * t;
+    p.q = c->qkv + qo, p.k = c->qkv + qo + h * e, p.v = c->qkv + qo + 2 * h * e;
+    p.y = c->y ? c->y + yo : NULL, p.dy = c->dy ? c->dy + yo : NULL, p.yo = c->yo ? c->yo + yo : NULL;
+    p.lse = c->lse ? c->lse + ro : NULL, p.lseo = c->lseo ? c->lseo + ro : NULL;
+    p.dsum = c->dsum ? c->dsum + ro : NULL;
+    if (c->dqkv) p.dq = c->dqkv + qo, p.dk = c->dqkv + qo + h * e, p.dv = c->dqkv + qo + 2 * h * e;
+    return p;
+}
+
+// s[m, AK] = a[m, E] . b[cnt, E]^T (rows of a and b with strides lda, ldb): b is packed transposed
+// AEC features at a time into bt, and the chunks' products summed in order.
+static void attn_abt(const attn_kernels *kr, int64_t m, int64_t cnt, int64_t e, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *s, float *bt) {
+    for (int64_t e0 = 0; e0 < e; e0 += AEC) {
+        const int64_t ec = e - e0 < AEC ? e - e0 : AEC;
+        for (int64_t f = 0; f < ec; f++)
+            for (int64_t j = 0; j < cnt; j++) bt[f * AK + j] = b[j * ldb + e0 + f];
+        kr->mm(m, cnt, ec, a + e0, lda, bt, AK, s, AK, e0 > 0);
+    }
+}
+
+// Keys of row i (global) visible in the tile from j0 with cnt keys: all, or j <= i when causal.
+static int64_t attn_visible(const attn_pair *p, int64_t i, int64_t j0, int64_t cnt) {
+    if (!p->causal) return cnt;
+    int64_t v = i + 1 - j0;
+    return v < 0 ? 0 : v < cnt ? v : cnt;
+}
+
+// The dropout factor of probability (i, j): 0 (dropped) or 1 / (1 - rate); 1 without dropout.
+static inline float attn_keep(const attn_pair *p, int64_t i, int64_t j) {
+    if (p->rate <= 0) return 1.0f;
+    const uint64_t idx = p->base + (uint64_t)i * (uint64_t)p->t + (uint64_t)j;
+    // = rng_uniform(seed, RNG_DROPOUT, step, idx), with the key hashed once
+    return rng_mix_uniform(p->key, idx) < p->rate ? 0.0f : p->keep_scale;
+}
+
+// ---- forward --------------------------------------------------------------------------------------
+
+// Folds one key tile's scores s[bq, AK] (raw q.k) into rows i0.. of the online softmax: m, l the
+// running maxima and sums; y rows rescaled; s becomes the (dropped-out) probabilities.
+static void attn_fwd_softmax(const attn_pair *p, int64_t i0, int64_t bq, int64_t j0, int64_t bk, float *s, float *m,
+                             float *l) {
+    const attn_kernels *kr = p->kr;
+    for (int64_t r = 0; r < bq; r++) {
+        float *sr = s + r * AK;
+        const int64_t nv = attn_visible(p, i0 + r, j0, bk);
+        if (nv == 0) {
+            memset(sr, 0, sizeof(float) * (size_t)bk);
+            continue;
+        }
+        const float mx = kr->row_max(sr, nv, p->scale, m[r]);
+        const float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mx);
+        const float sum = kr->exp_row(sr, nv, p->scale, mx);
+        if (nv < bk) memset(sr + nv, 0, sizeof(float) * (size_t)(bk - nv));
+        l[r] = l[r] * alpha + sum;
+        m[r] = mx;
+        if (alpha != 1.0f) kr->scale_row(p->yo + (i0 + r) * p->ldy, p->e, alpha);
+        if (p->rate > 0)
+            for (int64_t j = 0; j < nv; j++) sr[j] *= attn_keep(p, i0 + r, j0 + j);
+    }
+}
+
+// Query rows i0 .. i0+bq-1 of one pair: y, lse.
+static void attn_fwd_tile(const attn_pair *p, int64_t i0, int64_t bq) {
+    float s[AQ * AK], bt[AEC * AK], m[AQ], l[AQ];
+    for (int64_t r = 0; r < bq; r++) {
+        m[r] = -INFINITY, l[r] = 0.0f;
+        memset(p->yo + (i0 + r) * p->ldy, 0, sizeof(float) * (size_t)p->e);
+    }
+    const int64_t jend = p->causal ? i0 + bq : p->t;
+    for (int64_t j0 = 0; j0 < jend; j0 += AK) {
+        const int64_t bk = p->t - j0 < AK ? p->t - j0 : AK;
+        attn_abt(p->kr, bq, bk, p->e, p->q + i0 * p->ldq, p->ldq, p->k + j0 * p->ldq, p->ldq, s, bt);
+        attn_fwd_softmax(p, i0, bq, j0, bk, s, m, l);
+        p->kr->mm(bq, p->e, bk, s, AK, p->v + j0 * p->ldq, p->ldq, p->yo + i0 * p->ldy, p->ldy, 1);
+    }
+    for (int64_t r = 0; r < bq; r++) {
+        float *yr = p->yo + (i0 + r) * p->ldy;
+        p->kr->scale_row(yr, p->e, 1.0f / l[r]);
+        p->lseo[i0 + r] = m[r] + logf(l[r]);
+    }
+}
+
+// qkv[N, T, 3, H, E] -> y[N, T, H, E], lse[N, H, T] (backend.h)
+void cpu_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                           uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse) {
+    const attn_call c = {.kr = attn_kernels_get(), .n = n, .t = t, .h = h, .e = e, .scale = scale, .rate = rate,
+                         .causal = causal, .seed = seed, .step = step, .base = base, .qkv = qkv, .yo = y, .lseo = lse};
+    const int64_t qt = (t + AQ - 1) / AQ, tasks = n * h * qt;
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && n * h * t * t * e >= 65536)
+    for (int64_t task = 0; task < tasks; task++) {
+        const attn_pair p = attn_pair_at(&c, task / qt);
+        const int64_t i0 = task % qt * AQ;
+        attn_fwd_tile(&p, i0, t - i0 < AQ ? t - i0 : AQ);
+    }
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+
+// One (query tile, key tile) of backward: dK, dV rows j0.. += (with kv), dQ rows i0.. += (with q).
+static void attn_bwd_tile(const attn_pair *p, int64_t i0, int64_t bq, int64_t j0, int64_t bk, bool kv, bool q) {
+    float s[AQ * AK], dp[AQ * AK], tt[AK * AQ], bt[AEC * AK];
+    const attn_kernels *kr = p->kr;
+    attn_abt(kr, bq, bk, p->e, p->q + i0 * p->ldq, p->ldq, p->k + j0 * p->ldq, p->ldq, s, bt);    // q k^T
+    attn_abt(kr, bq, bk, p->e, p->dy + i0 * p->ldy, p->ldy, p->v + j0 * p->ldq, p->ldq, dp, bt);  // dy v^T
+    for (int64_t r = 0; r < bq; r++) {
+        float *sr = s + r * AK, *dr = dp + r * AK;
+        const int64_t nv = attn_visible(p, i0 + r, j0, bk);
+        kr->exp_row(sr, nv, p->scale, p->lse[i0 + r]);  // P
+        const float d = p->dsum[i0 + r];
+        for (int64_t j = 0; j < bk; j++) {
+            const float keep = j < nv ? attn_keep(p, i0 + r, j0 + j) : 0.0f, pr = j < nv ? sr[j] : 0.0f;
+            if (kv) tt[j * AQ + r] = pr * keep;           // dropped-out P^T, for dV
+            sr[j] = pr * (dr[j] * keep - d) * p->scale;   // dS
+        }
+    }
+    if (kv) {
+        kr->mm(bk, p->e, bq, tt, AQ, p->dy + i0 * p->ldy, p->ldy, p->dv + j0 * p->ldq, p->ldq, 1);
+        for (int64_t r = 0; r < bq; r++)
+            for (int64_t j = 0; j < bk; j++) tt[j * AQ + r] = s[r * AK + j];
+        kr->mm(bk, p->e, bq, tt, AQ, p->q + i0 * p->ldq, p->ldq, p->dk + j0 * p->ldq, p->ldq, 1);
+    }
+    if (q) kr->mm(bq, p->e, bk, s, AK, p->k + j0 * p->ldq, p->ldq, p->dq + i0 * p->ldq, p->ldq, 1);
+}
+
+static void attn_zero_rows(float *x, int64_t rows, int64_t ld, int64_t e) {
+    for (int64_t r = 0; r < rows; r++) memset(x + r * ld, 0, sizeof(float) * (size_t)e);
+}
+
+// The first query tile that sees key tile j0 (causal: the one holding query j0).
+static int64_t attn_first_q(const attn_pair *p, int64_t j0) { return p->causal ? j0 / AQ * AQ : 0; }
+
+// Key rows j0.. (kv) or query rows i0.. (!kv) of one pair, zeroed and then summed over the tiles of
+// the other side in order.
+static void attn_bwd_rows(const attn_pair *p, int64_t x0, bool kv) {
+    const int64_t t = p->t, bx = t - x0 < (kv ? AK : AQ) ? t - x0 : (kv ? AK : AQ);
+    if (kv) {
+        attn_zero_rows(p->dk + x0 * p->ldq, bx, p->ldq, p->e);
+        attn_zero_rows(p->dv + x0 * p->ldq, bx, p->ldq, p->e);
+        for (int64_t i0 = attn_first_q(p, x0); i0 < t; i0 += AQ)
+            attn_bwd_tile(p, i0, t - i0 < AQ ? t - i0 : AQ, x0, bx, true, false);
+    } else {
+        attn_zero_rows(p->dq + x0 * p->ldq, bx, p->ldq, p->e);
+        const int64_t jend = p->causal ? x0 + bx : t;
+        for (int64_t j0 = 0; j0 < jend; j0 += AK) attn_bwd_tile(p, x0, bx, j0, t - j0 < AK ? t - j0 : AK, false, true);
+    }
+}
+
+// A whole pair in one pass: key tiles outer, query tiles inner (each dQ row still sums its key
+// tiles in order, as attn_bwd_rows does).
+static void attn_bwd_pair(const attn_pair *p) {
+    const int64_t t = p->t;
+    attn_zero_rows(p->dq, t, p->ldq, p->e);
+    attn_zero_rows(p->dk, t, p->ldq, p->e);
+    attn_zero_rows(p->dv, t, p->ldq, p->e);
+    for (int64_t j0 = 0; j0 < t; j0 += AK)
+        for (int64_t i0 = attn_first_q(p, j0); i0 < t; i0 += AQ)
+            attn_bwd_tile(p, i0, t - i0 < AQ ? t - i0 : AQ, j0, t - j0 < AK ? t - j0 : AK, true, true);
+}
+
+// D[N, H, T] = rowsum(dy * y) per (sample, head, query), in order over E.
+static void attn_row_dots(int64_t n, int64_t t, int64_t h, int64_t e, const float *y, const float *dy, float *d) {
+#pragma omp parallel for schedule(static) if (n * t * h * e >= 65536)
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t hh = 0; hh < h; hh++)
+            for (int64_t i = 0; i < t; i++) {
+                const float *yr = y + (s * t + i) * h * e + hh * e, *dr = dy + (s * t + i) * h * e + hh * e;
+                float acc = 0.0f;
+                for (int64_t f = 0; f < e; f++) acc += yr[f] * dr[f];
+                d[(s * h + hh) * t + i] = acc;
+            }
+}
+
+// dqkv[N, T, 3, H, E] from dy[N, T, H, E] (backend.h); work [N, H, T] holds D.
+void cpu_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                            uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
+                            const float *lse, const float *dy, float *dqkv, float *work) {
+    const attn_call c = {.kr = attn_kernels_get(), .n = n, .t = t, .h = h, .e = e, .scale = scale, .rate = rate,
+                         .causal = causal, .seed = seed, .step = step, .base = base, .qkv = qkv, .y = y, .dy = dy,
+                         .lse = lse, .dsum = work, .dqkv = dqkv};
+    attn_row_dots(n, t, h, e, y, dy, work);
+    const int64_t pairs = n * h;
+    const bool big = n * h * t * t * e >= 65536;
+    int split = __atomic_load_n(&attn_split_forced, __ATOMIC_RELAXED);
+    if (split < 0) split = pairs < omp_get_max_threads() && t > AQ;
+    if (!split) {
+#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1 && big)
+        for (int64_t pair = 0; pair < pairs; pair++) {
+            const attn_pair p = attn_pair_at(&c, pair);
+            attn_bwd_pair(&p);
+        }
+        return;
+    }
+    const int64_t tiles = (t + AK - 1) / AK;  // AK == AQ: one count for both passes
+    for (int pass = 0; pass < 2; pass++) {
+#pragma omp parallel for schedule(dynamic, 1) if (big)
+        for (int64_t task = 0; task < pairs * tiles; task++) {
+            const attn_pair p = attn_pair_at(&c, task / tiles);
+            attn_bwd_rows(&p, task % tiles * AK, pass == 0);
+        }
+    }
+}
+
+_Static_assert(AQ == AK, "attn_bwd_rows and the two-pass split count tiles once for queries and keys");

@@ -1,0 +1,165 @@
+// attention.c: multi-head self-attention over tokens [T, D] -> [T, D], with its projections
+// inside, in PyTorch's nn.MultiheadAttention layout and names (a checkpoint's tensors load into
+// it): qkv = x in_proj_weight^T + in_proj_bias ([T, 3D]: q, k, v, each H heads of E = D/H),
+// o = softmax(q k^T / sqrt(E)) v per head (backend attention_forward: memory linear in T), then
+// y = o out_proj.weight^T + out_proj.bias.
+//
+// Memory: scratch keeps qkv [N, T, 3D], o [N, T, D] and the rows' log-sum-exp [N, H, T] from
+// forward to backward; work holds backward's dqkv [N, T, 3D], do [N, T, D] and the kernel's row
+// sums [N, H, T]. All linear in T: no T x T buffer exists anywhere.
+//
+// Attention-probability dropout (training only) draws element (n, h, i, j) of layer l at
+// l * 2^40 + ((row0 + n) H + h) T T + i T + j under RNG_DROPOUT, as dropout.c keys its elements by
+// the global batch row: the same draws however ranks split the batch; backward draws them again.
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "galley/layer.h"
+
+enum { K_HEADS, K_QKV_BIAS, K_DROPOUT, K_CAUSAL, K_INIT };
+static const key_spec keys[] = {
+    {"heads", KT_INT, KF_REQUIRED, NULL, 1, 65536, NULL, K_HEADS * sizeof(gl_value), NULL,
+     "attention heads; must divide the embedding D (each head has D / heads features)"},
+    {"qkv_bias", KT_BOOL, KF_DEFAULT, "true", 0, 0, NULL, K_QKV_BIAS * sizeof(gl_value), NULL,
+     "a learned bias on q, k and v (in_proj_bias); out_proj.bias is always there"},
+    {"dropout", KT_FLOAT, KF_DEFAULT, "0", 0, 1, NULL, K_DROPOUT * sizeof(gl_value), NULL,
+     "dropout rate of the attention probabilities in training, below 1"},
+    {"causal", KT_BOOL, KF_DEFAULT, "false", 0, 0, NULL, K_CAUSAL * sizeof(gl_value), NULL,
+     "token i attends only to tokens j <= i"},
+    {"init", KT_ENUM, KF_DEFAULT, "xavier_uniform", 0, 0, layer_init_choices, K_INIT * sizeof(gl_value), NULL,
+     "in_proj_weight's init (xavier_uniform: PyTorch MultiheadAttention's); out_proj.weight starts as "
+     "nn.Linear's (pytorch) and the biases at zero, as in PyTorch"},
+    KEY_END,
+};
+
+#define ATTN_INDEX_BITS 40  // dropout draws per layer in the random stream (as dropout.c)
+
+typedef struct {
+    int64_t t, d, h, e;
+} attn_dims;
+
+static attn_dims attn_dims_of(const layer_t *l) {
+    const int64_t t = l->in[0]->shape.d[0], d = l->in[0]->shape.d[1], h = l->cfg->v[K_HEADS].i;
+    return (attn_dims){t, d, h, d / h};
+}
+
+static int attention_infer(layer_t *l, char *err, size_t errlen) {
+    const gl_shape *in = &l->in[0]->shape;
+    const int64_t heads = l->cfg->v[K_HEADS].i;
+    if (in->ndim != 2) {
+        snprintf(err, errlen, "takes tokens [T, D]");
+        return -1;
+    }
+    const attn_dims a = {in->d[0], in->d[1], heads, in->d[1] / heads};
+    if (a.d % heads != 0) {
+        snprintf(err, errlen, "heads %lld does not divide the embedding D %lld", (long long)heads, (long long)a.d);
+        return -1;
+    }
+    const double rate = l->cfg->v[K_DROPOUT].f;
+    if (rate >= 1.0) {
+        snprintf(err, errlen, "dropout %g would drop every attention probability; use a rate below 1", rate);
+        return -1;
+    }
+    if (rate > 0 && (double)l->batch * a.h * a.t * a.t >= (double)(1ull << ATTN_INDEX_BITS)) {
+        snprintf(err, errlen, "a batch of %lld samples has more than 2^%d attention probabilities for dropout",
+                 (long long)l->batch, ATTN_INDEX_BITS);
+        return -1;
+    }
+    l->out.shape = *in;  // tokens, with the patch grid carried along
+    l->nparams = 0;
+    const int fi = (int)a.d;
+    l->params[l->nparams++] = (gl_param){.name = "in_proj_weight", .shape = {2, {3 * a.d, a.d}}, .size = 3 * a.d * a.d,
+                                         .fan_in = fi, .fan_out = 3 * fi};
+    if (l->cfg->v[K_QKV_BIAS].b)
+        l->params[l->nparams++] = (gl_param){.name = "in_proj_bias", .shape = {1, {3 * a.d}}, .size = 3 * a.d,
+                                             .fan_in = fi, .fan_out = 3 * fi};
+    l->params[l->nparams++] = (gl_param){.name = "out_proj.weight", .shape = {2, {a.d, a.d}}, .size = a.d * a.d,
+                                         .fan_in = fi, .fan_out = fi};
+    l->params[l->nparams++] = (gl_param){.name = "out_proj.bias", .shape = {1, {a.d}}, .size = a.d, .fan_in = fi,
+                                         .fan_out = fi};
+    // projections (3D + D outputs of D inputs per token), then q k^T and p v per head (causal too:
+    // the masked half is counted too)
+    l->flops = 2 * a.t * a.d * 4 * a.d + 2 * 2 * a.t * a.t * a.e * a.h;
+    const int64_t rows = l->batch * a.t;
+    l->scratch_floats = rows * 4 * a.d + l->batch * a.h * a.t;  // qkv, o, lse
+    l->work_floats = rows * 4 * a.d + l->batch * a.h * a.t;     // dqkv, do, the kernel's row sums
+    return 0;
+}
+
+// The parameter tensor named `name` in block base (l->w or l->dw); NULL when absent.
+static float *attn_param(const layer_t *l, float *base, const char *name) {
+    for (int p = 0; p < l->nparams; p++)
+        if (!strcmp(l->params[p].name, name)) return base + (l->params[p].offset - l->params[0].offset);
+    return NULL;
+}
+
+static int init_choice(const char *name) {
+    for (int i = 0; layer_init_choices[i]; i++)
+        if (!strcmp(layer_init_choices[i], name)) return i;
+    return 0;
+}
+
+static void attention_init(layer_t *l, float *params, uint64_t seed) {
+    for (int p = 0; p < l->nparams; p++) {
+        const gl_param *pp = &l->params[p];
+        float *dst = params + pp->offset;
+        if (!strcmp(pp->name, "in_proj_weight")) layer_init_param(pp, l->cfg->v[K_INIT].e, dst, seed, l->index, p);
+        else if (!strcmp(pp->name, "out_proj.weight")) layer_init_param(pp, init_choice("pytorch"), dst, seed, l->index, p);
+        else memset(dst, 0, sizeof(float) * (size_t)pp->size);
+    }
+}
+
+// Scratch and work, carved: qkv [N T, 3D], o [N T, D], lse [N, H, T] (and their gradients).
+static void attn_buffers(const layer_t *l, const attn_dims *a, float *base, float **qkv, float **o, float **lse) {
+    const int64_t rows = l->batch * a->t;
+    *qkv = base, *o = base + rows * 3 * a->d, *lse = base + rows * 4 * a->d;
+}
+
+static uint64_t attn_base(const layer_t *l, const attn_dims *a) {
+    return ((uint64_t)l->index << ATTN_INDEX_BITS) + (uint64_t)l->row0 * (uint64_t)(a->h * a->t * a->t);
+}
+
+static void attention_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
+    const attn_dims a = attn_dims_of(l);
+    float *qkv, *o, *lse;
+    attn_buffers(l, &a, l->scratch, &qkv, &o, &lse);
+    const float rate = train ? (float)l->cfg->v[K_DROPOUT].f : 0.0f;
+    be->dense_forward(n * a.t, a.d, 3 * a.d, l->in[0]->data, attn_param(l, l->w, "in_proj_weight"),
+                      attn_param(l, l->w, "in_proj_bias"), qkv);
+    be->attention_forward(n, a.t, a.h, a.e, 1.0f / sqrtf((float)a.e), l->cfg->v[K_CAUSAL].b, rate, l->seed,
+                          (uint64_t)l->step, attn_base(l, &a), qkv, o, lse);
+    be->dense_forward(n * a.t, a.d, a.d, o, attn_param(l, l->w, "out_proj.weight"), attn_param(l, l->w, "out_proj.bias"),
+                      l->out.data);
+}
+
+// Backward replays forward's draws: the graph keeps l->seed, step and row0 of the forward it follows.
+static void attention_backward(layer_t *l, const gl_backend *be, int64_t n) {
+    const attn_dims a = attn_dims_of(l);
+    float *qkv, *o, *lse, *dqkv, *dout, *dsum;
+    attn_buffers(l, &a, l->scratch, &qkv, &o, &lse);
+    attn_buffers(l, &a, l->work, &dqkv, &dout, &dsum);
+    const float rate = (float)l->cfg->v[K_DROPOUT].f;  // backward follows a training forward
+    be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.d));  // dense_backward adds into dx
+    be->dense_backward(n * a.t, a.d, a.d, o, attn_param(l, l->w, "out_proj.weight"), l->out.grad,
+                       attn_param(l, l->dw, "out_proj.weight"), attn_param(l, l->dw, "out_proj.bias"), dout);
+    be->attention_backward(n, a.t, a.h, a.e, 1.0f / sqrtf((float)a.e), l->cfg->v[K_CAUSAL].b, rate, l->seed,
+                           (uint64_t)l->step, attn_base(l, &a), qkv, o, lse, dout, dqkv, dsum);
+    be->dense_backward(n * a.t, a.d, 3 * a.d, l->in[0]->data, attn_param(l, l->w, "in_proj_weight"), dqkv,
+                       attn_param(l, l->dw, "in_proj_weight"), attn_param(l, l->dw, "in_proj_bias"), l->in[0]->grad);
+}
+
+const layer_kind layer_attention = {
+    .name = "attention",
+    .doc = "multi-head self-attention over tokens [T, D] -> [T, D] with q/k/v and output projections "
+           "(PyTorch nn.MultiheadAttention's parameters: in_proj_weight [3D, D], in_proj_bias [3D], "
+           "out_proj.weight [D, D], out_proj.bias [D]); memory linear in T",
+    .keys = keys,
+    .min_inputs = 1,
+    .max_inputs = 1,
+    .takes = GL_TAKES_TOKENS,
+    .infer = attention_infer,
+    .init = attention_init,
+    .forward = attention_forward,
+    .backward = attention_backward,
+};
