@@ -158,6 +158,7 @@ const layer_kind layer_attention = {
     .min_inputs = 1,
     .max_inputs = 1,
     .takes = GL_TAKES_TOKENS,
+    .scratch_doc = "q, k, v, output and row log-sum-exp: T x (4D + H) floats a sample, linear in T, no T x T matrix",
     .infer = attention_infer,
     .init = attention_init,
     .forward = attention_forward,
