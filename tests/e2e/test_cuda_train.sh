@@ -19,7 +19,8 @@ cd "$GL_TMP"
 common=(train.target.metric=none train.target.above=null train.target.below=null log.every=1 log.files=false
     checkpoint.at_end=false train.threads=2)
 # recipe | overrides: small sizes; together they use dense, conv (2D, 3D, strided, same), transposed
-# conv, pools, batch norm, layer norm, dropout, concat, residual add, upsampling and both losses
+# conv, pools, batch norm, layer norm, dropout, concat, residual add, upsampling, the losses and the
+# transformer layers (patch_embed, pos_embed, attention, token layer_norm and dense, token_pool, unpatch)
 cases=(
     "$GALLEY_SRC/recipes/quickstart.yaml|train.steps=6"
     "$GALLEY_SRC/tests/recipes/dist/conv_bn_dropout.yaml|train.steps=6"
@@ -27,6 +28,8 @@ cases=(
     "$GALLEY_SRC/recipes/deepcam-unet.yaml|data.synthetic.size=32 data.synthetic.train_size=16 data.synthetic.val_size=8 train.batch_size=8 train.steps=4 optimizer.schedule.warmup=0"
     "$GALLEY_SRC/recipes/cosmoflow.yaml|data.synthetic.size=32 data.synthetic.train_size=16 data.synthetic.val_size=8 train.batch_size=8 train.steps=4 optimizer.schedule.warmup=0"
     "$GALLEY_SRC/recipes/unet3d.yaml|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=3 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/vit-tiny.yaml|data.synthetic.train_size=64 data.synthetic.val_size=16 train.batch_size=16 train.steps=4 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/vit.yaml|data.synthetic.size=64 data.synthetic.train_size=8 data.synthetic.val_size=4 train.batch_size=4 train.steps=4"
 )
 losses() { grep -E '^step ' <<<"$1" | sed -E 's/.*\)  loss ([0-9.eE+-]+|nan|inf).*/\1/'; }
 for c in "${cases[@]}"; do

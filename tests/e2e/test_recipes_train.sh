@@ -13,6 +13,8 @@ cases=(
     "resnet18|data.synthetic.train_size=64 data.synthetic.val_size=32 train.batch_size=16 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
     "deepcam-unet|data.synthetic.size=32 data.synthetic.train_size=32 data.synthetic.val_size=16 train.batch_size=8 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
     "unet3d|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=6 train.eval_every=2 optimizer.schedule.warmup=0"
+    "vit|data.synthetic.size=64 data.synthetic.train_size=16 data.synthetic.val_size=4 train.batch_size=4 train.steps=12 train.eval_every=4"
+    "vit-tiny|data.synthetic.train_size=256 data.synthetic.val_size=64 train.batch_size=32 train.steps=12 train.eval_every=4"
 )
 [[ $GALLEY_SANITIZE == 1 ]] && cases=("${cases[@]:0:2}")  # the big ones are slow under ASan
 

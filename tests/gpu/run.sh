@@ -8,7 +8,8 @@
 #   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
 #   3. tests: unit/test_cuda_ops (every kernel against the CPU backend; then again with
-#      GALLEY_CUDNN_AUTOTUNE=1 and a 0.05 MB workspace cap: timed algorithms, chunked convolutions), e2e/test_cuda_train
+#      GALLEY_CUDNN_AUTOTUNE=1 and a 0.05 MB workspace cap: timed algorithms, chunked convolutions),
+#      unit/test_cuda_transformer (attention, token ops, relative L2), e2e/test_cuda_train
 #      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
 #      tf32 trainings whose loss must go down) and e2e/test_dist_nccl (the gradient allreduce
 #      through NCCL on one GPU, GALLEY_NCCL=force; mpirun -np 2: NCCL, or with one GPU the MPI
@@ -81,6 +82,16 @@ if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
     [[ $rc == 0 ]] || status=1
 else
     say "test_cuda_ops not built"; status=1
+fi
+say "3a'. unit/test_cuda_transformer (attention, token ops, relative L2 against the CPU)"
+if [[ -x $BUILD/tests/unit/test_cuda_transformer ]]; then
+    lim=$(limit 60 120)
+    (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_transformer)
+    rc=$?
+    say "test_cuda_transformer: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+else
+    say "test_cuda_transformer not built"; status=1
 fi
 
 say "3b. e2e/test_cuda_train"
