@@ -31,7 +31,7 @@ static void record_result(sweep_ctx *x, int group, const sweep_msg *m) {
 
 // 1: *job to run now (started in the journal); 0: nothing yet; -1: stop (x->final_code says how).
 static int assign(sweep_ctx *x, int group, sweep_job *job) {
-    if (!x->stopping && train_signal_pending()) x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
+    if (!x->stopping && (train_signal_pending() || x->signalled)) x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
     if (!x->stopping && x->s->time_limit > 0 && time_left(x) < 2) {
         fprintf(x->out, "sweep: train.time_limit (%.0f s) reached: stopping\n", x->s->time_limit);
         x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
@@ -78,12 +78,13 @@ void coord_poll(sweep_ctx *x) {
     while (msg_poll(x->world, &m, &from)) {
         int g = from / (int)x->s->ranks_per_trial;
         if (m.trial >= 0) record_result(x, g, &m);
+        if (m.signalled) x->signalled = true;
         x->waiting[g] = true;
         any = 1;
     }
     bool waiting = false;
     for (int g = 1; g < x->groups; g++) waiting |= x->waiting[g];
-    if (any || (waiting && (train_signal_pending() || x->s->time_limit > 0))) dispatch(x);
+    if (any || (waiting && (train_signal_pending() || x->signalled || x->s->time_limit > 0))) dispatch(x);
     if (any) x->overhead += now() - t;
 }
 

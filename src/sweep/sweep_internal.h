@@ -164,6 +164,7 @@ int64_t sweep_rung_budget(const sweep_spec *s, int rung);
 enum { MSG_ASK = 1, MSG_RUN, MSG_STOP };
 typedef struct {
     int32_t kind, group, rung, code, seg, state;  // state: TS_* of the run that ended (ASK)
+    int32_t signalled, pad;                       // ASK: a signal reached the leader
     int64_t trial, steps;
     double metric, seconds, time_left;
     char msg[240];

@@ -56,12 +56,18 @@ static void run_trial(sweep_ctx *x, const sweep_msg *job, sweep_msg *res) {
     int code = recipe_load(&r, s->base_path, n, ov, errs) ? GL_EXIT_USAGE : GL_EXIT_OK;
     train_result tr;
     memset(&tr, 0, sizeof tr);
-    if (code == GL_EXIT_OK) {
+    // A signal that came between runs: train_run would forget it (it starts with a clean flag).
+    int sig[1] = {train_signal_pending() || x->signalled};
+    dist_max_ints(&x->group, sig, 1, "agreeing on a signal before a trial", 0);
+    if (code == GL_EXIT_OK && sig[0]) {
+        code = GL_EXIT_STOPPED;
+    } else if (code == GL_EXIT_OK) {
         train_opts opts = {.run_dir = rdir, .resume = "auto", .dist = &x->group};
         if (x->world->rank == 0) opts.between_steps = coord_between_steps, opts.between_arg = x;
         code = train_run(&r, &opts, devnull, leader ? errs : stderr, &tr);
     }
     recipe_free(&r);
+    if (train_signal_pending()) x->signalled = true;  // before the flag is reset
     train_signals_install();  // train_run put the default actions back; the sweep still wants the signals
     sweep_overrides_free(ov, n);
     fclose(devnull);
@@ -78,7 +84,7 @@ static void run_trial(sweep_ctx *x, const sweep_msg *job, sweep_msg *res) {
     if (leader) {
         if (code == GL_EXIT_STOPPED) {
             res->state = TS_PAUSED;
-            snprintf(res->msg, sizeof res->msg, "stopped at step %lld with a checkpoint", (long long)tr.steps);
+            snprintf(res->msg, sizeof res->msg, "stopped at step %lld", (long long)tr.steps);
         } else if (code == GL_EXIT_OK || code == GL_EXIT_TARGET) {
             res->state = sweep_read_metric(tdir, s->metric_name, &res->metric, res->msg, sizeof res->msg) == 0 &&
                                  isfinite(res->metric) ? TS_DONE : TS_FAILED;
@@ -100,6 +106,7 @@ static int group_loop(sweep_ctx *x) {
         memset(&reply, 0, sizeof reply);
         if (x->group.rank == 0) {
             result.group = x->gid;
+            result.signalled = train_signal_pending() || x->signalled;
             if (x->world->rank == 0) {
                 coord_self(x, &result, &reply);
             } else {

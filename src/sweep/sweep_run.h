@@ -11,6 +11,7 @@ typedef struct {
     int groups, gid;
     double t0;  // the sweep's start on this rank (train.time_limit counts from it)
     FILE *out, *err;
+    bool signalled;  // a signal arrived (train_run's handlers and the sweep's between runs)
     // The coordinator's (world rank 0).
     sweep_sched sc;
     sweep_journal j;
