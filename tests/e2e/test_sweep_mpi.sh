@@ -6,6 +6,7 @@
 #     non-finite loss message, weak ones stopped at lower rungs, the sweep goes on and finishes;
 #   - SIGUSR1 mid-sweep (mpirun forwards it): exit 4 with the running trials checkpointed;
 #     --resume auto finishes with the same results.csv as the uninterrupted sweep;
+#   - `galley report SWEEP_DIR`: the trials' table, metric against each key, curves.html;
 #   - an existing sweep directory without --resume, and ranks_per_trial not dividing the world:
 #     exit 2 with FILE:LINE:COL.
 set -euo pipefail
@@ -49,6 +50,15 @@ stopped=$(rows asha/results.csv stopped)
 info "asha: $failed failed, $stopped stopped early, $done16 done at 16 steps"
 ((failed >= 1 && done16 >= 1)) || { cat asha/results.csv; fail "asha: expected failed and done trials"; }
 grep -q 'the loss became' asha/results.csv || fail "asha: no non-finite loss message in results.csv"
+
+info "galley report SWEEP_DIR: the trials' table, the metric against lr, every trial's curves"
+run "$GALLEY" report asha
+assert_rc 0
+assert_contains "$OUT" "sweep of 9 trials -> asha/report.html"
+[[ $(grep -o '<tr>' asha/report.html | wc -l) == 10 ]] || fail "report.html: not 9 trial rows"
+assert_contains "$(cat asha/report.html)" "loss against optimizer.lr (log axis)"
+[[ $(grep -o '<circle' asha/report.html | wc -l) == 9 ]] || fail "report.html: not 9 points"
+grep -q '<svg' asha/curves.html || fail "no curves.html"
 
 info "SIGUSR1 mid-sweep, then --resume auto: the same results.csv"
 long=(train.steps=240 train.eval_every=80 log.every=80)
