@@ -14,7 +14,8 @@
 
 static double now(void) { return runlog_now(); }
 
-// Seconds left of the sweep's time limit (0: no limit); below 2 s the sweep stops.
+// Seconds left of the sweep's time limit (0: no limit); below 1 s no run starts (a run stops itself in
+// time: it gets the rest as its own train.time_limit).
 static double time_left(sweep_ctx *x) {
     if (x->s->time_limit <= 0) return 0;
     return x->s->time_limit - (now() - x->t0);
@@ -32,7 +33,7 @@ static void record_result(sweep_ctx *x, int group, const sweep_msg *m) {
 // 1: *job to run now (started in the journal); 0: nothing yet; -1: stop (x->final_code says how).
 static int assign(sweep_ctx *x, int group, sweep_job *job) {
     if (!x->stopping && (train_signal_pending() || x->signalled)) x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
-    if (!x->stopping && x->s->time_limit > 0 && time_left(x) < 2) {
+    if (!x->stopping && x->s->time_limit > 0 && time_left(x) < 1) {
         fprintf(x->out, "sweep: train.time_limit (%.0f s) reached: stopping\n", x->s->time_limit);
         x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
     }

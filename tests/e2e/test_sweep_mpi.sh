@@ -2,6 +2,7 @@
 # test_sweep_mpi.sh: `galley sweep` under mpirun -np 4 with 2 ranks per trial (2 groups):
 #   - random search, 8 trials: every trial done, results.csv/jsonl complete, best.yaml trained
 #     by a plain `galley train` (on 2 ranks, as the trial) gives the best trial's metric exactly;
+#     np=2 (one group) gives the same results.csv as np=4 (two);
 #   - ASHA over learning rates where the large ones diverge: those are failed with the
 #     non-finite loss message, weak ones stopped at lower rungs, the sweep goes on and finishes;
 #   - SIGUSR1 mid-sweep (mpirun forwards it): exit 4 with the running trials checkpointed;
@@ -39,6 +40,12 @@ run timeout 60 "${mpi[@]}" -np 2 "$GALLEY" train rnd/best.yaml --run-dir plain c
 got=$(grep '"kind":"eval"' plain/metrics.jsonl | tail -1 | sed -E 's/.*"accuracy":([^,}]+).*/\1/')
 awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; exit !(d < 1e-6 && d > -1e-6) }' ||
     fail "best.yaml trained alone gives accuracy $got, the sweep said $want"
+
+info "the same trials and results on 1 group (np=2) as on 2"
+run timeout 120 "${mpi[@]}" -np 2 "$GALLEY" sweep "$S/random.yaml" --dir rnd1
+assert_rc 0
+assert_contains "$OUT" "random, 8 trials, 1 group of 2 ranks"
+diff rnd/results.csv rnd1/results.csv || fail "1 group and 2 groups give different results"
 
 info "ASHA: diverging learning rates fail, the rest go through the rungs"
 run timeout 120 "${mpi[@]}" -np 4 "$GALLEY" sweep "$S/asha.yaml" --dir asha
