@@ -22,12 +22,14 @@ static double time_left(sweep_ctx *x) {
 }
 
 static void record_result(sweep_ctx *x, int group, const sweep_msg *m) {
+    double t = now();
     sweep_job job = {m->trial, m->rung};
     sched_end(&x->sc, job, m->state, m->metric, m->steps, m->seconds, m->code, m->msg);
     journal_end(&x->j, &x->sc, job, sweep_rung_budget(x->s, job.rung));
     if (m->state == TS_PAUSED && !x->stopping) x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
     results_line(x->s, &x->sc, job, group, false, x->out);
     results_write(x->s, &x->sc, x->s->base_seed, x->err);
+    x->overhead += now() - t;
 }
 
 // 1: *job to run now (started in the journal); 0: nothing yet; -1: stop (x->final_code says how).
@@ -38,6 +40,7 @@ static int assign(sweep_ctx *x, int group, sweep_job *job) {
         x->stopping = true, x->stop_code = GL_EXIT_STOPPED;
     }
     if (x->stopping) return -1;
+    double t = now();
     int r = sched_next(&x->sc, job);
     if (r == 1) {
         sched_start(&x->sc, *job);
@@ -45,6 +48,7 @@ static int assign(sweep_ctx *x, int group, sweep_job *job) {
         results_line(x->s, &x->sc, *job, group, true, x->out);
         x->assigned++;
     }
+    x->overhead += now() - t;
     return r;
 }
 
@@ -66,14 +70,15 @@ static void dispatch(sweep_ctx *x) {
         if (r == 0) continue;
         sweep_msg m;
         reply_for(x, r, job, &m);
+        double t = now();
         msg_send(x->world, &m, g * (int)x->s->ranks_per_trial);
+        x->overhead += now() - t;
         x->waiting[g] = false;
         if (r < 0) x->stopped++;
     }
 }
 
 void coord_poll(sweep_ctx *x) {
-    double t = now();
     sweep_msg m;
     int from, any = 0;
     while (msg_poll(x->world, &m, &from)) {
@@ -86,13 +91,11 @@ void coord_poll(sweep_ctx *x) {
     bool waiting = false;
     for (int g = 1; g < x->groups; g++) waiting |= x->waiting[g];
     if (any || (waiting && (train_signal_pending() || x->signalled || x->s->time_limit > 0))) dispatch(x);
-    if (any) x->overhead += now() - t;
 }
 
 void coord_between_steps(void *arg) { coord_poll(arg); }
 
 void coord_self(sweep_ctx *x, const sweep_msg *result, sweep_msg *reply) {
-    double t = now();
     if (result && result->trial >= 0) {
         record_result(x, 0, result);
         dispatch(x);
@@ -102,7 +105,6 @@ void coord_self(sweep_ctx *x, const sweep_msg *result, sweep_msg *reply) {
         int r = assign(x, 0, &job);
         if (r != 0) {
             reply_for(x, r, job, reply);
-            x->overhead += now() - t;
             return;
         }
         coord_poll(x);
