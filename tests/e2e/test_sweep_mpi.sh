@@ -28,7 +28,7 @@ run timeout 120 "${mpi[@]}" -np 4 "$GALLEY" sweep "$S/random.yaml" --dir rnd
 assert_rc 0
 assert_no_crash
 assert_contains "$OUT" "random, 8 trials, 2 groups of 2 ranks"
-[[ $(rows rnd/results.csv done) == 8 ]] || { cat rnd/results.csv; fail "random: not 8 trials done"; }
+[[ $(rows rnd/results.csv "done") == 8 ]] || { cat rnd/results.csv; fail "random: not 8 trials done"; }
 [[ $(wc -l <rnd/results.jsonl) == 8 ]] || fail "results.jsonl: not 8 lines"
 [[ $(grep -c '"event":"end"' rnd/journal.jsonl) == 8 ]] || fail "journal: not 8 end events"
 [[ -f rnd/best.yaml ]] || fail "no best.yaml"
