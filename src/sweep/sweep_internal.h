@@ -80,7 +80,7 @@ int64_t sweep_trial_seed(const sweep_spec *s, int64_t trial, int64_t base_seed);
 // Number of trials the sweep runs (grid: its size, or trials if smaller).
 int64_t sweep_ntrials(const sweep_spec *s);
 // The overrides for a trial at a rung: the base overrides, the values, the budget, its seed,
-// checkpoint.dir=SWEEP_DIR/trials/<id>/ckpt, checkpoint.at_end=true; time_left > 0 adds
+// checkpoint.dir=SWEEP_DIR/trials/<id>/ckpt, checkpoint.at_end=true, log.files=true; time_left > 0 adds
 // train.time_limit. Strings in *ov (n returned) are malloc'd: sweep_overrides_free.
 int sweep_overrides(const sweep_spec *s, int64_t trial, int rung, int64_t base_seed, double time_left, bool for_best,
                     char ***ov);

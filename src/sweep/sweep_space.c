@@ -79,7 +79,7 @@ static char *xprintf(const char *fmt, ...) {
 
 int sweep_overrides(const sweep_spec *s, int64_t trial, int rung, int64_t base_seed, double time_left, bool for_best,
                     char ***ov) {
-    char **a = gl_xmalloc(sizeof(char *) * (size_t)(s->noverrides + s->np + 6));
+    char **a = gl_xmalloc(sizeof(char *) * (size_t)(s->noverrides + s->np + 7));
     int n = 0;
     for (int i = 0; i < s->noverrides; i++) a[n++] = xprintf("%s", s->overrides[i]);
     for (int i = 0; i < s->np; i++) {
@@ -95,6 +95,7 @@ int sweep_overrides(const sweep_spec *s, int64_t trial, int rung, int64_t base_s
     if (!for_best) {
         a[n++] = xprintf("checkpoint.dir=%s/trials/%04lld/ckpt", s->dir_path, (long long)trial);
         a[n++] = xprintf("checkpoint.at_end=true");
+        a[n++] = xprintf("log.files=true");  // the trial's result is read back from its metrics.jsonl
         if (time_left > 0) a[n++] = xprintf("train.time_limit=%.3f", time_left);
     }
     *ov = a;
