@@ -18,6 +18,7 @@ static const struct {
 } commands[] = {
     {"train", cmd_train}, {"check", cmd_check}, {"info", cmd_info}, {"report", cmd_report},
     {"help", cmd_help},   {"data", cmd_data},   {"ckpt", cmd_ckpt}, {"eval", cmd_eval},
+    {"sweep", cmd_sweep},  // hyperparameter sweeps: src/cli/cmd_sweep.c, src/sweep/
 };
 
 int main(int argc, char **argv) {

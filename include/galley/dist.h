@@ -51,6 +51,12 @@ void dist_finalize(gl_dist *d);
 _Noreturn void dist_abort(gl_dist *d, int code);
 // The time limit of collectives (after the recipe is known).
 void dist_set_timeout(gl_dist *d, double timeout);
+// `galley sweep`: sub becomes an ordinary gl_dist over the ranks of d that pass the same color
+// (MPI_Comm_split; ordered by key), so a trial trains data-parallel on its group. Local rank and
+// local world stay d's (the node's cores are still shared by all of d's ranks). Without MPI sub
+// is a copy of d. Collective over d. dist_split_free frees sub (never dist_finalize it).
+void dist_split(gl_dist *d, int color, int key, gl_dist *sub);
+void dist_split_free(gl_dist *sub);
 
 // Collectives, each bounded by the timeout; `what` and `step` name it in the message.
 void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step);

@@ -15,6 +15,11 @@ typedef struct {
     const char *resume;   // `--resume`: a checkpoint file, "auto" (newest good one in checkpoint.dir), or NULL
     gl_dist *dist;        // ranks (NULL: one process); only rank 0 prints and writes files
     bool evaluate;        // `galley eval`: load `resume`, evaluate on the validation split, stop
+    // `galley sweep` (src/sweep/): called on every rank after each training step (NULL: never), so
+    // the sweep's coordinator answers the other groups while its own group trains. It must not
+    // call collectives of this run.
+    void (*between_steps)(void *arg);
+    void *between_arg;
 } train_opts;
 
 typedef struct {

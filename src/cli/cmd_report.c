@@ -7,6 +7,7 @@
 #include "galley/check.h"
 #include "cli/cli.h"
 #include "galley/report.h"
+#include "galley/sweep.h"
 
 int cmd_report(int argc, char **argv) {
     const char *out = NULL;
@@ -34,6 +35,8 @@ int cmd_report(int argc, char **argv) {
         cli_help_for("report", stderr);
         return GL_EXIT_USAGE;
     }
+    // A sweep directory (journal.jsonl): its own page, src/sweep/sweep_report.c.
+    if (n == 1 && sweep_dir_is_sweep(dirs[0])) return sweep_report(dirs[0], out, stdout, stderr);
     char **runs;
     int nruns = report_find_runs(dirs, n, &runs, stderr);
     if (nruns < 0) return GL_EXIT_USAGE;

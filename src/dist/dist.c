@@ -90,6 +90,23 @@ void dist_finalize(gl_dist *d) {
     d->mpi = false;
 }
 
+// `galley sweep` (dist.h): a group of d's ranks as a gl_dist of its own.
+void dist_split(gl_dist *d, int color, int key, gl_dist *sub) {
+    *sub = *d;
+    if (!d->mpi) return;
+    sub->comm = gl_xmalloc(sizeof(MPI_Comm));
+    MPI_Comm_split(COMM(d), color, key, (MPI_Comm *)sub->comm);
+    MPI_Comm_rank(COMM(sub), &sub->rank);
+    MPI_Comm_size(COMM(sub), &sub->world);
+}
+
+void dist_split_free(gl_dist *sub) {
+    if (!sub->mpi || !sub->comm) return;
+    MPI_Comm_free((MPI_Comm *)sub->comm);
+    free(sub->comm);
+    sub->comm = NULL;
+}
+
 _Noreturn void dist_abort(gl_dist *d, int code) {
     fflush(stdout);
     fflush(stderr);
@@ -236,6 +253,8 @@ int dist_init(gl_dist *d, double timeout, FILE *err) {
     return 0;
 }
 void dist_finalize(gl_dist *d) { (void)d; }
+void dist_split(gl_dist *d, int color, int key, gl_dist *sub) { (void)color, (void)key, *sub = *d; }
+void dist_split_free(gl_dist *sub) { (void)sub; }
 _Noreturn void dist_abort(gl_dist *d, int code) {
     (void)d;
     fflush(stdout);

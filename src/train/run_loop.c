@@ -111,6 +111,7 @@ int run_loop(gl_run *u) {
         mllog_epoch(&u->ml, now_s(), u->step / u->steps_per_epoch + 1, true);
         int code = run_step(u);
         if (code != GL_EXIT_OK) return code;
+        if (u->opts->between_steps) u->opts->between_steps(u->opts->between_arg);  // galley sweep's coordinator
         int epoch_end = u->step % u->steps_per_epoch == 0;
         if (epoch_end) mllog_epoch(&u->ml, u->t_now, u->epoch, false);
         int due = r->train.eval_every > 0 ? u->step % r->train.eval_every == 0 : epoch_end;
