@@ -19,6 +19,9 @@ void cli_usage(FILE *out) {
           "                                 and a summary of the model\n"
           "  report RUN_DIR... [-o FILE]    one HTML page with the curves, time breakdown and summary\n"
           "                                 of one or more runs\n"
+          "  sweep SWEEP.yaml [--resume auto]\n"
+          "                                 a hyperparameter sweep (grid, random, ASHA) in one launch:\n"
+          "                                 trials on groups of ranks, results.csv, best.yaml\n"
           "  info [--wiring]                version, build features, CPU, GPUs, MPI and NCCL (--wiring: what\n"
           "                                 the container's site hooks set up)\n"
           "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"          "  data inspect FILE.h5           datasets, shapes, dtypes, chunks, filters, min/max/mean\n"
@@ -67,6 +70,8 @@ int cli_help_for(const char *c, FILE *out) {
               "Exit codes: 0 evaluated (and train.target met, if set), 1 runtime failure, 2 usage or recipe\n"
               "error or a checkpoint that does not fit the model, 3 train.target not met.\n",
               out);
+    } else if (!strcmp(c, "sweep")) {
+        cli_sweep_usage(out);
     } else if (!strcmp(c, "ckpt")) {
         fputs("usage: galley ckpt inspect FILE.h5 [--recipe]\n\n"
               "Lists what a checkpoint holds: its attributes (step, epoch, world size, optimizer, recipe hash,\n"

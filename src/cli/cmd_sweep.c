@@ -7,7 +7,7 @@
 #include "galley/check.h"
 #include "galley/sweep.h"
 
-static void usage(FILE *out) {
+void cli_sweep_usage(FILE *out) {
     fputs("usage: galley sweep SWEEP.yaml [--dir DIR] [--resume auto] [key=value ...]\n\n"
           "Runs the trials of a sweep file (base recipe, space, method grid|random|asha, metric, budget,\n"
           "trials, ranks_per_trial, seed) inside one launch: under mpirun -np N or srun -n N the ranks\n"
@@ -27,7 +27,7 @@ int cmd_sweep(int argc, char **argv) {
     int n = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout), GL_EXIT_OK;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return cli_sweep_usage(stdout), GL_EXIT_OK;
         if (!strcmp(a, "--dir") || !strcmp(a, "--resume")) {
             if (i + 1 >= argc || !*argv[i + 1]) {
                 fprintf(stderr, "galley sweep: %s needs %s\n", a, a[2] == 'd' ? "a directory" : "'auto'");
@@ -53,7 +53,7 @@ int cmd_sweep(int argc, char **argv) {
     }
     if (!o.file) {
         fprintf(stderr, "galley sweep: missing SWEEP.yaml\n");
-        usage(stderr);
+        cli_sweep_usage(stderr);
         return GL_EXIT_USAGE;
     }
     if (o.resume && strcmp(o.resume, "auto")) {
