@@ -70,8 +70,9 @@ static int graph_check_takes(const layer_t *l, FILE *err) {
         if (why) {
             char what[256];
             snprintf(what, sizeof what, why, shape);
-            fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): a %s layer %s\n", c->mark.file, c->mark.line,
-                    c->mark.col, c->index, c->name, l->kind->name, what);
+            fprintf(err, "%s:%d:%d: error: model.layers[%d] (%s): %s %s layer %s\n", c->mark.file, c->mark.line,
+                    c->mark.col, c->index, c->name, strchr("aeiou", l->kind->name[0]) ? "an" : "a", l->kind->name,
+                    what);
             return -1;
         }
     }
