@@ -6,6 +6,7 @@
 // dict literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (1, 20, 1, 1), },
 // padded with spaces and a newline; then the data.
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,7 +57,9 @@ static int parse_shape(const char *h, npy_array *a) {
         long long d = strtoll(p, &end, 10);
         if (end == p || d < 0 || a->ndim == NPY_MAX_DIMS) return -1;
         a->shape[a->ndim++] = d;
-        a->n *= d;
+        // Saturates rather than wraps (a wrapped product could pass as a few values): the caller
+        // refuses anything above its limit, and a zero axis still gives 0.
+        a->n = d && a->n > INT64_MAX / d ? INT64_MAX : a->n * d;
         p = end;
         while (*p == 'L') p++;  // Python 2's long literals
     }
