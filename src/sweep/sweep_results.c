@@ -72,6 +72,16 @@ void results_table(const sweep_spec *s, const sweep_sched *sc, FILE *out) {
     fflush(out);
 }
 
+// A value as data: a quoted choice's text without its quotes ("\"10\"" -> 10), in place.
+static const char *value_text(char *v) {
+    size_t n = strlen(v);
+    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
+        v[n - 1] = 0;
+        return v + 1;
+    }
+    return v;
+}
+
 static void csv_text(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
@@ -106,7 +116,7 @@ static void csv_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
             char v[256];
             sweep_value(s, i, p, v, sizeof v);
             fputc(',', f);
-            csv_text(f, v[0] == '"' ? v + 1 : v);  // a quoted choice: its text (the closing quote too)
+            csv_text(f, value_text(v));
         }
         int rung;
         double m = sched_metric(sc, i, &rung);
@@ -132,7 +142,7 @@ static void jsonl_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
             sweep_value(s, i, p, v, sizeof v);
             double x = strtod(v, &end);
             if (*v && !*end && s->p[p].kind != SP_CHOICE) jb_num(&b, s->p[p].key, x);
-            else jb_str(&b, s->p[p].key, v);
+            else jb_str(&b, s->p[p].key, value_text(v));
         }
         jb_close(&b);
         const sweep_trial *t = &sc->t[i];
