@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "galley/check.h"
 #include "log/json.h"
@@ -102,8 +103,10 @@ static void write_atomic(const char *path, void (*fn)(FILE *, const sweep_spec *
         return;
     }
     fn(f, s, sc);
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 static void csv_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
@@ -192,7 +195,7 @@ int results_best_yaml(const sweep_spec *s, const sweep_sched *sc, int64_t base_s
         } else {
             rc = -1;
         }
-        if (rc) fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno));
+        if (rc) fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno)), unlink(tmp);
     }
     recipe_free(&r);
     return rc;

@@ -9,7 +9,11 @@
 
 #include <hdf5.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data/h5_internal.h"
 #include "data/source.h"
@@ -245,6 +249,30 @@ static void test_npy_versions_and_dtypes(void **state) {
     struct stat st;  // numpy's alignment: the data starts at a multiple of 64
     assert_int_equal(stat(path_in("w.npy"), &st), 0);
     assert_int_equal(st.st_size, 128 + 12);
+}
+
+// A write that fails (here: past RLIMIT_FSIZE, in a child) leaves no half-written .npy at the
+// path and no temporary beside it; it left the first 200 bytes, which read back as truncated.
+static void test_npy_write_fails_whole(void **state) {
+    (void)state;
+    const char *path = path_in("cut.npy");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {200, 200};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        float v[1000] = {0};
+        int64_t shape[1] = {1000};
+        char tmp[300];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        int ok = npy_write_f32(path, v, 1, shape) == -1 && access(path, F_OK) != 0 && access(tmp, F_OK) != 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
 
 static void test_npy_refused(void **state) {
@@ -636,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_pairs_across_files_lead_channels_crop),
         cmocka_unit_test(test_globs_and_lists),
         cmocka_unit_test(test_npy_versions_and_dtypes),
+        cmocka_unit_test(test_npy_write_fails_whole),
         cmocka_unit_test(test_npy_refused),
         cmocka_unit_test(test_stats_npy_and_hdf5),
         cmocka_unit_test(test_stats_wrong_length),
