@@ -97,6 +97,11 @@ static void parse_choice(rctx *c, sweep_param *p, const yt_node *v, const char *
     if (v->n > SWEEP_MAX_CHOICES) { rctx_error(c, v->mark, sub, "at most %d values", SWEEP_MAX_CHOICES); return; }
     for (int i = 0; i < v->n; i++) {
         if (v->items[i]->kind != YT_SCALAR) { rctx_error(c, v->items[i]->mark, sub, "choices must be scalars"); return; }
+        if (strlen(v->items[i]->text) > SWEEP_MAX_VALUE) {
+            rctx_error(c, v->items[i]->mark, sub, "a choice is at most %d characters; this one has %zu",
+                       SWEEP_MAX_VALUE, strlen(v->items[i]->text));
+            return;
+        }
         p->choice[i] = v->items[i]->text;
         p->quoted[i] = !v->items[i]->plain;
     }
@@ -252,7 +257,7 @@ static void check_space_keys(rctx *c, const sweep_spec *s) {
     for (int i = 0; i < s->np; i++) {
         const sweep_param *p = &s->p[i];
         if (p->kind < 0) continue;
-        char v[128];
+        char v[256];
         if (p->kind == SP_CHOICE) {
             for (int k = 0; k < p->nchoices; k++) {
                 if (p->quoted[k]) snprintf(v, sizeof v, "\"%s\"", p->choice[k]);

@@ -2,7 +2,7 @@
 # test_sweep_errors.sh: bad sweep files exit 2 with FILE:LINE:COL, the key path and the reason,
 # before anything is trained: an unknown recipe key in the space (did-you-mean), a value the
 # recipe refuses, an empty range, loguniform with a bound <= 0, a budget key the base recipe
-# lacks, an unknown sweep key, an unknown metric, an int range beyond 2^53.
+# lacks, an unknown sweep key, an unknown metric, an int range beyond 2^53, a choice too long.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -62,6 +62,15 @@ base: base.yaml
 method: grid
 space:
   seed: {int: [-1e300, 1e300]}
+metric: loss
+EOF2
+# A choice longer than the value buffers: it was validated cut to 127 characters and trained cut to 255.
+long=$(printf 'n%.0s' {1..250})
+bad long_choice "long_choice.yaml:4:19: error: space.name.choice: a choice is at most 200 characters; this one has 250" <<EOF2
+base: base.yaml
+method: grid
+space:
+  name: {choice: [$long]}
 metric: loss
 EOF2
 bad nobudget "nobudget.yaml:4:15: error: budget.key: the base recipe" "does not set train.epochs" <<'EOF2'
