@@ -6,8 +6,10 @@
 // dict literal such as {'descr': '<f4', 'fortran_order': False, 'shape': (1, 20, 1, 1), },
 // padded with spaces and a newline; then the data.
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/ts_internal.h"
 #include "galley/check.h"
@@ -56,7 +58,9 @@ static int parse_shape(const char *h, npy_array *a) {
         long long d = strtoll(p, &end, 10);
         if (end == p || d < 0 || a->ndim == NPY_MAX_DIMS) return -1;
         a->shape[a->ndim++] = d;
-        a->n *= d;
+        // Saturates rather than wraps (a wrapped product could pass as a few values): the caller
+        // refuses anything above its limit, and a zero axis still gives 0.
+        a->n = d && a->n > INT64_MAX / d ? INT64_MAX : a->n * d;
         p = end;
         while (*p == 'L') p++;  // Python 2's long literals
     }
@@ -154,7 +158,10 @@ int npy_write_f32(const char *path, const float *v, int ndim, const int64_t *sha
     while (10 + n + 1 < total) h[n++] = ' ';
     h[n++] = '\n';
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
-    FILE *f = fopen(path, "wb");
+    // Written under a temporary name and renamed: a failed write leaves no half file at path.
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
     if (!f) return -1;
     int rc = fwrite(pre, 1, 10, f) == 10 && fwrite(h, 1, (size_t)n, f) == (size_t)n ? 0 : -1;
     for (int64_t i = 0; i < count && !rc; i++) {
@@ -164,5 +171,11 @@ int npy_write_f32(const char *path, const float *v, int ndim, const int64_t *sha
         if (fwrite(b, 1, 4, f) != 4) rc = -1;
     }
     if (fclose(f) != 0) rc = -1;
+    if (!rc && rename(tmp, path) != 0) rc = -1;
+    if (rc) {
+        int e = errno;  // the caller reports it
+        unlink(tmp);
+        errno = e;
+    }
     return rc;
 }

@@ -28,7 +28,8 @@ typedef struct {
 // Reads a NumPy .npy file (format 1.0, 2.0 or 3.0) of little-endian float32 or float64 into a as
 // doubles. 0, or -1 with what is wrong (naming path) in msg.
 int npy_read(const char *path, npy_array *a, char *msg, size_t len);
-// Writes v [n] as float32 with shape (format 1.0, header padded to 64 bytes). 0, or -1 (errno).
+// Writes v [n] as float32 with shape (format 1.0, header padded to 64 bytes), through a temporary
+// file renamed into place. 0, or -1 (errno; path untouched).
 int npy_write_f32(const char *path, const float *v, int ndim, const int64_t *shape);
 // "[1, 20, 1, 1]".
 void npy_shape_words(const npy_array *a, char *buf, size_t len);

@@ -220,10 +220,14 @@ static int read_whole(hid_t f, const char *path, const char *name, npy_array *a,
     } else {
         H5Sget_simple_extent_dims(sp, dims, NULL);
         a->ndim = rank, a->n = 1;
-        for (int k = 0; k < rank; k++) a->shape[k] = (int64_t)dims[k], a->n *= (int64_t)dims[k];
+        for (int k = 0; k < rank; k++) {  // saturating: a wrapped product could pass as a few values
+            a->shape[k] = dims[k] > INT64_MAX ? INT64_MAX : (int64_t)dims[k];
+            a->n = a->shape[k] && a->n > INT64_MAX / a->shape[k] ? INT64_MAX : a->n * a->shape[k];
+        }
         a->v = a->n <= (1 << 26) ? gl_xmalloc((size_t)(a->n ? a->n : 1) * sizeof(double)) : NULL;
         rc = a->v && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a->v) >= 0 ? 0 : -1;
-        if (rc) snprintf(msg, len, "%s: reading dataset '%s' as numbers failed", path, name);
+        if (!a->v) snprintf(msg, len, "%s: dataset '%s' is too large for statistics", path, name);
+        else if (rc) snprintf(msg, len, "%s: reading dataset '%s' as numbers failed", path, name);
     }
     if (sp >= 0) H5Sclose(sp);
     if (d >= 0) H5Dclose(d);
@@ -274,7 +278,9 @@ static int load_stat(const tssrc *s, const recipe_t *r, const char *key, const c
         free(a.v);
         return -1;
     }
-    for (int64_t k = 0; k < s->nch; k++) out[k] = a.v[a.n == s->nch ? k : s->ch[k]];
+    // One value per channel of the files is indexed by the channels read, as the tutorial's loader
+    // does (means[0, in_channels]), also when as many channels are read in another order.
+    for (int64_t k = 0; k < s->nch; k++) out[k] = a.v[a.n == c ? s->ch[k] : k];
     free(a.v);
     bool std = strstr(key, "std") != NULL;
     for (int64_t k = 0; k < s->nch; k++)

@@ -57,6 +57,9 @@ static const key_spec sweep_schema[] = {
     KEY_END,
 };
 
+// int bounds: whole numbers a double holds exactly, so hi - lo + 1 (the value count) fits int64_t.
+#define SWEEP_INT_LIMIT 9007199254740992.0
+
 static const char *const metric_names[] = {"loss", "accuracy", "top_k", "mae", "mean_iou", "target", NULL};
 
 static int parse_num(const yt_node *n, double *v) {
@@ -76,6 +79,9 @@ static void parse_range(rctx *c, sweep_param *p, const yt_node *v, const char *p
     }
     if (p->kind == SP_INT && (p->lo != floor(p->lo) || p->hi != floor(p->hi)))
         rctx_error(c, v->mark, sub, "int takes two integers; found [%g, %g]", p->lo, p->hi);
+    else if (p->kind == SP_INT && (fabs(p->lo) > SWEEP_INT_LIMIT || fabs(p->hi) > SWEEP_INT_LIMIT))
+        rctx_error(c, v->mark, sub, "int takes integers within +-2^53 (%.0f); found [%g, %g]", SWEEP_INT_LIMIT, p->lo,
+                   p->hi);
     else if (p->kind == SP_INT ? p->lo > p->hi : p->lo >= p->hi)
         rctx_error(c, v->mark, sub, "empty range [%g, %g]: the low end must be below the high end", p->lo, p->hi);
     else if (p->kind == SP_LOGUNIFORM && p->lo <= 0)
@@ -91,6 +97,11 @@ static void parse_choice(rctx *c, sweep_param *p, const yt_node *v, const char *
     if (v->n > SWEEP_MAX_CHOICES) { rctx_error(c, v->mark, sub, "at most %d values", SWEEP_MAX_CHOICES); return; }
     for (int i = 0; i < v->n; i++) {
         if (v->items[i]->kind != YT_SCALAR) { rctx_error(c, v->items[i]->mark, sub, "choices must be scalars"); return; }
+        if (strlen(v->items[i]->text) > SWEEP_MAX_VALUE) {
+            rctx_error(c, v->items[i]->mark, sub, "a choice is at most %d characters; this one has %zu",
+                       SWEEP_MAX_VALUE, strlen(v->items[i]->text));
+            return;
+        }
         p->choice[i] = v->items[i]->text;
         p->quoted[i] = !v->items[i]->plain;
     }
@@ -246,7 +257,7 @@ static void check_space_keys(rctx *c, const sweep_spec *s) {
     for (int i = 0; i < s->np; i++) {
         const sweep_param *p = &s->p[i];
         if (p->kind < 0) continue;
-        char v[128];
+        char v[256];
         if (p->kind == SP_CHOICE) {
             for (int k = 0; k < p->nchoices; k++) {
                 if (p->quoted[k]) snprintf(v, sizeof v, "\"%s\"", p->choice[k]);

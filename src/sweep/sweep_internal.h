@@ -17,6 +17,8 @@
 #define SWEEP_MAX_CHOICES 64
 #define SWEEP_MAX_RUNGS 16
 #define SWEEP_MAX_TRIALS 100000
+// The longest choice text: a value with its quotes fits the 256-byte buffers sweep_value fills.
+#define SWEEP_MAX_VALUE 200
 // rng.h purpose of trial values and trial seeds (beyond rng_purpose's values).
 #define SWEEP_RNG_PURPOSE 201u
 

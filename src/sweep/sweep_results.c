@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "galley/check.h"
 #include "log/json.h"
@@ -72,6 +73,16 @@ void results_table(const sweep_spec *s, const sweep_sched *sc, FILE *out) {
     fflush(out);
 }
 
+// A value as data: a quoted choice's text without its quotes ("\"10\"" -> 10), in place.
+static const char *value_text(char *v) {
+    size_t n = strlen(v);
+    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') {
+        v[n - 1] = 0;
+        return v + 1;
+    }
+    return v;
+}
+
 static void csv_text(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
@@ -92,8 +103,10 @@ static void write_atomic(const char *path, void (*fn)(FILE *, const sweep_spec *
         return;
     }
     fn(f, s, sc);
-    if (fclose(f) != 0 || rename(tmp, path) != 0)
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
         fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno));
+        unlink(tmp);
+    }
 }
 
 static void csv_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
@@ -106,7 +119,7 @@ static void csv_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
             char v[256];
             sweep_value(s, i, p, v, sizeof v);
             fputc(',', f);
-            csv_text(f, v[0] == '"' ? v + 1 : v);  // a quoted choice: its text (the closing quote too)
+            csv_text(f, value_text(v));
         }
         int rung;
         double m = sched_metric(sc, i, &rung);
@@ -132,7 +145,7 @@ static void jsonl_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
             sweep_value(s, i, p, v, sizeof v);
             double x = strtod(v, &end);
             if (*v && !*end && s->p[p].kind != SP_CHOICE) jb_num(&b, s->p[p].key, x);
-            else jb_str(&b, s->p[p].key, v);
+            else jb_str(&b, s->p[p].key, value_text(v));
         }
         jb_close(&b);
         const sweep_trial *t = &sc->t[i];
@@ -182,7 +195,7 @@ int results_best_yaml(const sweep_spec *s, const sweep_sched *sc, int64_t base_s
         } else {
             rc = -1;
         }
-        if (rc) fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno));
+        if (rc) fprintf(err, "galley sweep: warning: cannot write %s: %s\n", path, strerror(errno)), unlink(tmp);
     }
     recipe_free(&r);
     return rc;

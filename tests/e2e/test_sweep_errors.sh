@@ -2,7 +2,7 @@
 # test_sweep_errors.sh: bad sweep files exit 2 with FILE:LINE:COL, the key path and the reason,
 # before anything is trained: an unknown recipe key in the space (did-you-mean), a value the
 # recipe refuses, an empty range, loguniform with a bound <= 0, a budget key the base recipe
-# lacks, an unknown sweep key, an unknown metric.
+# lacks, an unknown sweep key, an unknown metric, an int range beyond 2^53, a choice too long.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -54,6 +54,23 @@ method: random
 space:
   optimizer.lr: {loguniform: [0, 0.1]}
 trials: 2
+metric: loss
+EOF2
+# An int range beyond 2^53 (its value count overflowed int64_t: grid asked for `points` of "loguniform").
+bad int_huge "int_huge.yaml:4:15: error: space.seed.int: int takes integers within +-2^53" <<'EOF2'
+base: base.yaml
+method: grid
+space:
+  seed: {int: [-1e300, 1e300]}
+metric: loss
+EOF2
+# A choice longer than the value buffers: it was validated cut to 127 characters and trained cut to 255.
+long=$(printf 'n%.0s' {1..250})
+bad long_choice "long_choice.yaml:4:19: error: space.name.choice: a choice is at most 200 characters; this one has 250" <<EOF2
+base: base.yaml
+method: grid
+space:
+  name: {choice: [$long]}
 metric: loss
 EOF2
 bad nobudget "nobudget.yaml:4:15: error: budget.key: the base recipe" "does not set train.epochs" <<'EOF2'

@@ -41,6 +41,7 @@ static void test_attention(void **state) {
     attention_case(b, 2, 130, 1, 48, 0, 0.0f);
     attention_case(b, 1, 200, 2, 17, 1, 0.25f);  // dropout: both draw the same elements
     attention_case(b, 3, 1, 2, 32, 0, 0.0f);
+    attention_case(b, 70000, 2, 1, 2, 1, 0.1f);  // a batch above 65535 (it was gridDim.z: no launch)
 }
 
 static void test_patch_rearrange(void **state) {

@@ -1,6 +1,7 @@
 // test_sweep.c: the sweep's pieces that need no launcher: trial values are a pure function of
 // (sweep seed, trial id, key) and stay in their ranges; grid visits every point once; ASHA's
-// rungs and its promotions (top 1/eta, failed trials the worst, paused runs first, the end).
+// rungs and its promotions (top 1/eta, failed trials the worst, paused runs first, the end);
+// results files hold a quoted choice's text.
 #include <math.h>
 
 #include "testlib.h"
@@ -136,12 +137,54 @@ static void test_asha_promotions(void **state) {
     sweep_free(&s);
 }
 
+// A whole file's text (the caller frees it).
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 16);
+    size_t n = fread(buf, 1, (1 << 16) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+// results.csv and results.jsonl hold a quoted choice's text: "10" was written 10" (the closing
+// quote kept) to the CSV and "\"10\"" to the JSON.
+static void test_results_quoted_choice(void **state) {
+    (void)state;
+    sweep_spec s;
+    char base[64], dir[] = "/tmp/galley_test_sweep_XXXXXX";
+    load(&s, base, "base: BASE\nmethod: grid\nmetric: loss\nspace:\n  name: {choice: [\"10\", plain]}\n");
+    assert_non_null(mkdtemp(dir));
+    snprintf(s.dir_path, sizeof s.dir_path, "%s", dir);
+    sweep_sched sc;
+    sched_init(&sc, &s);
+    results_write(&s, &sc, 5, stderr);
+    char path[256], *text;
+    snprintf(path, sizeof path, "%s/results.csv", dir);
+    text = read_text(path);
+    assert_non_null(strstr(text, "\n0,\"10\","));
+    assert_non_null(strstr(text, "\n1,\"plain\","));
+    free(text);
+    snprintf(path, sizeof path, "%s/results.jsonl", dir);
+    text = read_text(path);
+    assert_non_null(strstr(text, "\"values\":{\"name\":\"10\"}"));
+    free(text);
+    sched_free(&sc);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    unlink(base);
+    sweep_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_pure_and_in_range),
         cmocka_unit_test(test_grid_visits_every_point_once),
         cmocka_unit_test(test_asha_rungs),
         cmocka_unit_test(test_asha_promotions),
+        cmocka_unit_test(test_results_quoted_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

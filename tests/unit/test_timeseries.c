@@ -9,7 +9,11 @@
 
 #include <hdf5.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data/h5_internal.h"
 #include "data/source.h"
@@ -70,7 +74,7 @@ static void write_series(const char *name, const char *ds, int file, int64_t t, 
 
 // A timeseries recipe over train (and val) with more data.timeseries keys (flow-mapping items).
 static void ts_recipe(recipe_t *r, const char *train, const char *keys) {
-    char yaml[4096];
+    char yaml[8192];
     snprintf(yaml, sizeof yaml,
              "seed: 5\ndata:\n  source: timeseries\n  timeseries: {train: '%s', val: '%s'%s%s}\n"
              "model:\n  layers:\n    - {type: relu}\ntrain: {loss: mse, batch_size: 4}\noptimizer: {lr: 0.1}\n",
@@ -247,6 +251,30 @@ static void test_npy_versions_and_dtypes(void **state) {
     assert_int_equal(st.st_size, 128 + 12);
 }
 
+// A write that fails (here: past RLIMIT_FSIZE, in a child) leaves no half-written .npy at the
+// path and no temporary beside it; it left the first 200 bytes, which read back as truncated.
+static void test_npy_write_fails_whole(void **state) {
+    (void)state;
+    const char *path = path_in("cut.npy");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit lim = {200, 200};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        float v[1000] = {0};
+        int64_t shape[1] = {1000};
+        char tmp[300];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        int ok = npy_write_f32(path, v, 1, shape) == -1 && access(path, F_OK) != 0 && access(tmp, F_OK) != 0;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 static void test_npy_refused(void **state) {
     (void)state;
     const double v[2] = {1, 2};
@@ -267,12 +295,27 @@ static void test_npy_refused(void **state) {
     assert_int_equal(npy_read(path_in("not.npy"), &a, msg, sizeof msg), -1);
     assert_non_null(strstr(msg, "not a NumPy .npy file"));
     assert_null(a.v);
+    // Shapes whose element count overflows int64: refused as too large, not wrapped (5 x
+    // 7378697629483820647 wraps to 3, which passed as 3 values; 2 x INT64_MAX wrapped to -2 and
+    // reached malloc), and UB-free under UBSan.
+    const double three[3] = {1, 2, 3};
+    write_npy(path_in("wrap3.npy"), 1, "<f4", "(7378697629483820647, 5)", three, 3, 4);
+    assert_int_equal(npy_read(path_in("wrap3.npy"), &a, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "too large"));
+    write_npy(path_in("wrapneg.npy"), 1, "<f4", "(9223372036854775807, 2)", v, 2, 4);
+    assert_int_equal(npy_read(path_in("wrapneg.npy"), &a, msg, sizeof msg), -1);
+    assert_non_null(strstr(msg, "too large"));
+    write_npy(path_in("zero.npy"), 1, "<f4", "(9223372036854775807, 0)", v, 0, 4);  // no elements at all
+    assert_int_equal(npy_read(path_in("zero.npy"), &a, msg, sizeof msg), 0);
+    assert_int_equal(a.n, 0);
+    free(a.v);
 }
 
 // ---- statistics ------------------------------------------------------------------------------
 
-// Stats of the full channel count are picked by index; stats as long as the channels read are
-// taken in order; HDF5 datasets work the same; both are applied to input and target.
+// Stats of the full channel count are picked by index (also when every channel is read in
+// another order); stats as long as the channels read are taken in order; HDF5 datasets work the
+// same; both are applied to input and target.
 static void test_stats_npy_and_hdf5(void **state) {
     (void)state;
     write_series("s/1979.h5", "fields", 0, 3, C, H, W);
@@ -286,18 +329,22 @@ static void test_stats_npy_and_hdf5(void **state) {
     h5_write_array(f, "mean", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, d3, mean3, 0, 0);
     h5_write_array(f, "std", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 1, d3, std3, 0, 0);
     H5Fclose(f);
-    char keys[3][1024];
+    char keys[4][1024];
     snprintf(keys[0], sizeof keys[0], "channels: [2, 1], mean: %s, std: %s", path_in("m3.npy"), path_in("s3.npy"));
     snprintf(keys[1], sizeof keys[1], "channels: [2, 1], mean: %s, std: %s", path_in("m2.npy"), path_in("s2.npy"));
     snprintf(keys[2], sizeof keys[2], "channels: [2, 1], mean: '%s:mean', std: '%s:std'", path_in("stats.h5"),
              path_in("stats.h5"));
-    const double want_m[3][2] = {{30, 20}, {-1, -3}, {30, 20}}, want_s[3][2] = {{8, 4}, {0.5, 0.25}, {8, 4}};
-    for (int k = 0; k < 3; k++) {
+    // Every channel, in another order: the file's stats are still indexed by channel (they were
+    // taken in read order, channel 2 normalised with channel 0's mean).
+    snprintf(keys[3], sizeof keys[3], "channels: [2, 1, 0], mean: %s, std: %s", path_in("m3.npy"), path_in("s3.npy"));
+    const double want_m[4][2] = {{30, 20}, {-1, -3}, {30, 20}, {30, 20}};
+    const double want_s[4][2] = {{8, 4}, {0.5, 0.25}, {8, 4}, {8, 4}};
+    for (int k = 0; k < 4; k++) {
         recipe_t r;
         ts_recipe(&r, path_in("s"), keys[k]);
         tssrc *s = open_ok(&r);
         tscursor *c = tscursor_new(s);
-        float x[2 * H * W], y[2 * H * W];
+        float x[C * H * W], y[C * H * W];
         char msg[512];
         if (tssrc_read(s, c, 1, x, y, msg, sizeof msg)) fail_msg("%s", msg);
         for (int q = 0; q < 2; q++) {
@@ -338,6 +385,18 @@ static void test_stats_wrong_length(void **state) {
     snprintf(keys, sizeof keys, "mean: %s, std: %s", path_in("nothere.npy"), path_in("z.npy"));
     const char *const want_m[] = {"error: data.timeseries.mean:", "nothere.npy: cannot open", NULL};
     open_fails(path_in("w"), keys, want_m);
+    // An HDF5 statistic of 5 x 7378697629483820647 (sparse, chunked): its element count wrapped to
+    // 3 = C, so it passed and H5Dread filled a 3-value buffer from the whole dataset.
+    hid_t f = (hid_t)h5_create_file(path_in("wrap.h5"));
+    hsize_t dims[2] = {7378697629483820647ull, 5}, chunk[2] = {1, 5};
+    hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 2, chunk);
+    hid_t d = H5Dcreate2(f, "m", H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    assert_true(d >= 0);
+    H5Dclose(d), H5Pclose(pl), H5Sclose(sp), H5Fclose(f);
+    snprintf(keys, sizeof keys, "mean: '%s:m', std: %s", path_in("wrap.h5"), path_in("z.npy"));
+    const char *const want_w[] = {"error: data.timeseries.mean:", "dataset 'm' is too large for statistics", NULL};
+    open_fails(path_in("w"), keys, want_w);
 }
 
 // ---- bad input -------------------------------------------------------------------------------
@@ -605,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_pairs_across_files_lead_channels_crop),
         cmocka_unit_test(test_globs_and_lists),
         cmocka_unit_test(test_npy_versions_and_dtypes),
+        cmocka_unit_test(test_npy_write_fails_whole),
         cmocka_unit_test(test_npy_refused),
         cmocka_unit_test(test_stats_npy_and_hdf5),
         cmocka_unit_test(test_stats_wrong_length),

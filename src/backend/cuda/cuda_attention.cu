@@ -56,11 +56,11 @@ __device__ static inline float at_dot(const float *x, const float *y, int64_t e)
     return s;
 }
 
-// grid (query tiles, H, N), AT_ROWS threads; shared: K and V tiles [tile][E].
+// grid (N H pairs, query tiles), AT_ROWS threads; shared: K and V tiles [tile][E].
 __global__ static void at_forward_k(at_args a, const float *qkv, float *y, float *lse) {
     extern __shared__ float sm[];
     float *ks = sm, *vs = sm + (int64_t)a.tile * a.e;
-    const int64_t n = blockIdx.z, hh = blockIdx.y, i = (int64_t)blockIdx.x * AT_ROWS + threadIdx.x, pair = n * a.h + hh;
+    const int64_t pair = blockIdx.x, n = pair / a.h, hh = pair % a.h, i = (int64_t)blockIdx.y * AT_ROWS + threadIdx.x;
     const bool live = i < a.t;
     const uint64_t key = at_key(a);
     const float *q = qkv + ((n * a.t + (live ? i : 0)) * 3 * a.h + hh) * a.e;
@@ -68,7 +68,7 @@ __global__ static void at_forward_k(at_args a, const float *qkv, float *y, float
     if (live)
         for (int64_t f = 0; f < a.e; f++) yr[f] = 0.0f;
     float m = -INFINITY, l = 0.0f, sc[AT_TILE_MAX];
-    const int64_t last = blockIdx.x * (int64_t)AT_ROWS + AT_ROWS, jend = a.causal && last < a.t ? last : a.t;
+    const int64_t last = blockIdx.y * (int64_t)AT_ROWS + AT_ROWS, jend = a.causal && last < a.t ? last : a.t;
     for (int64_t j0 = 0; j0 < jend; j0 += a.tile) {
         const int cnt = (int)(a.t - j0 < a.tile ? a.t - j0 : a.tile);
         __syncthreads();
@@ -110,12 +110,12 @@ __global__ static void at_rowdot_k(int64_t n, int64_t t, int64_t h, int64_t e, c
     }
 }
 
-// dQ: grid (query tiles, H, N), a thread per query; shared: K and V tiles [tile][E].
+// dQ: grid (N H pairs, query tiles), a thread per query; shared: K and V tiles [tile][E].
 __global__ static void at_dq_k(at_args a, const float *qkv, const float *dy, const float *lse, const float *d,
                                float *dqkv) {
     extern __shared__ float sm[];
     float *ks = sm, *vs = sm + (int64_t)a.tile * a.e;
-    const int64_t n = blockIdx.z, hh = blockIdx.y, i = (int64_t)blockIdx.x * AT_ROWS + threadIdx.x, pair = n * a.h + hh;
+    const int64_t pair = blockIdx.x, n = pair / a.h, hh = pair % a.h, i = (int64_t)blockIdx.y * AT_ROWS + threadIdx.x;
     const bool live = i < a.t;
     const uint64_t key = at_key(a);
     const int64_t row = ((n * a.t + (live ? i : 0)) * 3 * a.h + hh) * a.e;
@@ -124,7 +124,7 @@ __global__ static void at_dq_k(at_args a, const float *qkv, const float *dy, con
     const float li = live ? lse[pair * a.t + i] : 0.0f, di = live ? d[pair * a.t + i] : 0.0f;
     if (live)
         for (int64_t f = 0; f < a.e; f++) dq[f] = 0.0f;
-    const int64_t last = blockIdx.x * (int64_t)AT_ROWS + AT_ROWS, jend = a.causal && last < a.t ? last : a.t;
+    const int64_t last = blockIdx.y * (int64_t)AT_ROWS + AT_ROWS, jend = a.causal && last < a.t ? last : a.t;
     for (int64_t j0 = 0; j0 < jend; j0 += a.tile) {
         const int cnt = (int)(a.t - j0 < a.tile ? a.t - j0 : a.tile);
         __syncthreads();
@@ -141,12 +141,12 @@ __global__ static void at_dq_k(at_args a, const float *qkv, const float *dy, con
     }
 }
 
-// dK, dV: grid (key tiles, H, N), a thread per key; shared: Q and dY tiles [tile][E], their lse and D.
+// dK, dV: grid (N H pairs, key tiles), a thread per key; shared: Q and dY tiles [tile][E], their lse and D.
 __global__ static void at_dkv_k(at_args a, const float *qkv, const float *dy, const float *lse, const float *d,
                                 float *dqkv) {
     extern __shared__ float sm[];
     float *qs = sm, *dys = sm + (int64_t)a.tile * a.e, *ls = dys + (int64_t)a.tile * a.e, *ds_ = ls + a.tile;
-    const int64_t n = blockIdx.z, hh = blockIdx.y, j = (int64_t)blockIdx.x * AT_ROWS + threadIdx.x, pair = n * a.h + hh;
+    const int64_t pair = blockIdx.x, n = pair / a.h, hh = pair % a.h, j = (int64_t)blockIdx.y * AT_ROWS + threadIdx.x;
     const bool live = j < a.t;
     const uint64_t key = at_key(a);
     const int64_t row = ((n * a.t + (live ? j : 0)) * 3 * a.h + hh) * a.e;
@@ -154,7 +154,7 @@ __global__ static void at_dkv_k(at_args a, const float *qkv, const float *dy, co
     float *dk = dqkv + row + a.h * a.e, *dv = dqkv + row + 2 * a.h * a.e;
     if (live)
         for (int64_t f = 0; f < a.e; f++) dk[f] = 0.0f, dv[f] = 0.0f;
-    const int64_t first = a.causal ? blockIdx.x * (int64_t)AT_ROWS / a.tile * a.tile : 0;
+    const int64_t first = a.causal ? blockIdx.y * (int64_t)AT_ROWS / a.tile * a.tile : 0;
     for (int64_t i0 = first; i0 < a.t; i0 += a.tile) {
         const int cnt = (int)(a.t - i0 < a.tile ? a.t - i0 : a.tile);
         __syncthreads();
@@ -182,6 +182,15 @@ static int at_tile(int64_t e) {
     return (int)(t < AT_TILE_MAX ? t : AT_TILE_MAX);
 }
 
+// The kernels' grid: (sample, head) pairs in x (up to 2^31 - 1), row tiles in y (up to 65535): a
+// batch or a head count above 65535 fits, as it would not in y or z.
+static dim3 at_grid(int64_t n, int64_t t, int64_t h) {
+    const int64_t pairs = n * h, tiles = (t + AT_ROWS - 1) / AT_ROWS;
+    GL_CHECK(pairs <= 0x7fffffff && tiles <= 65535,
+             "attention: at most 2^31 - 1 (sample, head) pairs and 65535 x 64 tokens in the CUDA kernels");
+    return dim3((unsigned)pairs, (unsigned)tiles, 1);
+}
+
 static at_args at_make(int64_t t, int64_t h, int64_t e, float scale, int causal, float rate, uint64_t seed,
                        uint64_t step, uint64_t base) {
     cuda_ctx *c = cuda_ctx_get();
@@ -196,7 +205,7 @@ void cuda_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float sc
                             uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse) {
     if (n <= 0 || t <= 0) return;
     const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
-    const dim3 grid((unsigned)((t + AT_ROWS - 1) / AT_ROWS), (unsigned)h, (unsigned)n);
+    const dim3 grid = at_grid(n, t, h);
     const size_t smem = sizeof(float) * (size_t)(2 * a.tile * e);
     at_forward_k<<<grid, AT_ROWS, smem, cuda_ctx_get()->stream>>>(a, qkv, y, lse);
     CU_LAUNCHED();
@@ -211,7 +220,7 @@ void cuda_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float s
     const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
     at_rowdot_k<<<cuda_grid(n * h * t, GL_BLOCK), GL_BLOCK, 0, st>>>(n, t, h, e, y, dy, work);
     CU_LAUNCHED();
-    const dim3 grid((unsigned)((t + AT_ROWS - 1) / AT_ROWS), (unsigned)h, (unsigned)n);
+    const dim3 grid = at_grid(n, t, h);
     at_dq_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e), st>>>(a, qkv, dy, lse, work, dqkv);
     CU_LAUNCHED();
     at_dkv_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e + 2 * a.tile), st>>>(a, qkv, dy, lse, work,
