@@ -1,6 +1,7 @@
 // cpu_act.c: element-wise activations and their derivatives. ReLU and leaky ReLU are
 // memory-bound passes over whole activations: SIMD loops (-O2 alone vectorises neither, as x and
-// y may alias), split across threads when large. Element-wise, so thread-count independent.
+// y may alias), split across threads when large; tanh and sigmoid split across threads; GELU is
+// cpu_gelu.c's (vector erf and exp). Element-wise, so thread-count independent.
 #include <math.h>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -20,13 +21,15 @@ void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *
         for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : alpha * x[i];
         break;
     case ACT_TANH:
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
         break;
     case ACT_SIGMOID:
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
         break;
     case ACT_GELU:
-        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678f));
+        cpu_gelu_forward(n, x, y);
         break;
     }
 }
@@ -51,23 +54,21 @@ static inline __attribute__((always_inline)) void act_backward(gl_act act, float
         }
         break;
     case ACT_TANH:
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float t = tanhf(x[i]);
             dx[i] = (set ? 0.0f : dx[i]) + dy[i] * (1.0f - t * t);
         }
         break;
     case ACT_SIGMOID:
+#pragma omp parallel for schedule(static) if (n >= CPU_ACT_PAR_MIN)
         for (int64_t i = 0; i < n; i++) {
             float s = 1.0f / (1.0f + expf(-x[i]));
             dx[i] = (set ? 0.0f : dx[i]) + dy[i] * s * (1.0f - s);
         }
         break;
     case ACT_GELU:
-        for (int64_t i = 0; i < n; i++) {
-            float cdf = 0.5f * (1.0f + erff(x[i] * 0.70710678f));
-            float pdf = 0.39894228f * expf(-0.5f * x[i] * x[i]);
-            dx[i] = (set ? 0.0f : dx[i]) + dy[i] * (cdf + x[i] * pdf);
-        }
+        cpu_gelu_backward(n, x, dy, dx, set);
         break;
     }
 }

@@ -11,56 +11,6 @@ typedef float af_u __attribute__((vector_size(AW * 4), aligned(4), may_alias));
 
 #define AINLINE static inline __attribute__((always_inline))
 
-// c[R, cols] (=, or += when acc) a[R, k] . b[k, cols] for R rows and cols = nv AW (nv <= 2):
-// each element sums its k products in order, starting from c or from 0.
-AINLINE void AFN(mm_block)(int R, int nv, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                           float *c, int64_t ldc, int acc) {
-    af s[4][2];
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < nv; v++) {
-            if (acc) s[r][v] = *(const af_u *)(c + r * ldc + v * AW);
-            else s[r][v] = (af){0};
-        }
-    for (int64_t q = 0; q < k; q++) {
-        af bv[2];
-        for (int v = 0; v < nv; v++) bv[v] = *(const af_u *)(b + q * ldb + v * AW);
-        for (int r = 0; r < R; r++) {
-            const float x = a[r * lda + q];
-            for (int v = 0; v < nv; v++) s[r][v] += x * bv[v];
-        }
-    }
-    for (int r = 0; r < R; r++)
-        for (int v = 0; v < nv; v++) *(af_u *)(c + r * ldc + v * AW) = s[r][v];
-}
-
-// c[m, cols] (=, or += when acc) a[m, k] . b[k, cols], all row-major with leading dimensions lda,
-// ldb, ldc: register tiles of 4 rows x 2 vectors, then the vector and scalar remainders. (4 x 3
-// tiles, 12 accumulators, measured 1.3-2x slower on AVX2: GCC spilled them.)
-static void AFN(mm)(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                    float *c, int64_t ldc, int acc) {
-    const int64_t cv = cols / AW * AW;
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) {
-        int64_t j = 0;
-        for (; j + 2 * AW <= cv; j += 2 * AW)
-            AFN(mm_block)(4, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
-        if (j < cv) AFN(mm_block)(4, 1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
-    }
-    for (; i < m; i++) {
-        int64_t j = 0;
-        for (; j + 2 * AW <= cv; j += 2 * AW)
-            AFN(mm_block)(1, 2, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
-        if (j < cv) AFN(mm_block)(1, 1, k, a + i * lda, lda, b + j, ldb, c + i * ldc + j, ldc, acc);
-    }
-    if (cv < cols)
-        for (int64_t r = 0; r < m; r++)
-            for (int64_t j = cv; j < cols; j++) {
-                float s = acc ? c[r * ldc + j] : 0.0f;
-                for (int64_t q = 0; q < k; q++) s += a[r * lda + q] * b[q * ldb + j];
-                c[r * ldc + j] = s;
-            }
-}
-
 // e^x in each lane (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, times 2^n; within
 // 2 ulp of expf); 0 below -87.3 (so -INF, a masked score, gives 0).
 AINLINE af AFN(vexp)(af x) {

@@ -1,0 +1,86 @@
+// cpu_gelu.c: GELU (the exact, erf form: PyTorch's nn.GELU()) forward and backward, 8 elements at
+// a time through glibc's vector math library (libmvec: _ZGVdN8v_erff and _ZGVdN8v_expf, its
+// AVX2 variants) on CPUs with AVX2 and FMA, and split across threads.
+//
+// Why: with scalar erff and expf on one thread, GELU forward and backward were 16% of a
+// vit-tiny training step (perf, 2-core AMD EPYC, 2 threads), for under 1% of its FLOPs; a
+// transformer's MLP runs GELU over 4 x D features of every token.
+//
+// Thread-count independent: the array is cut into blocks of 8 and every block, the last partial
+// one included (padded with zeros in a local buffer), goes through the same vector code, so each
+// element's bits depend only on its value and the machine's ISA (AVX2 or not), not on which
+// thread or block position computed it. Without AVX2 the scalar erff/expf compute every element.
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+
+#define GELU_PAR_MIN 16384  // below this many elements, one thread
+#define R_SQRT2 0.70710678f
+#define R_SQRT2PI 0.39894228f
+
+// libmvec's AVX2 entry points (glibc >= 2.35 has erff; the vector function ABI names them).
+__m256 _ZGVdN8v_erff(__m256 x);
+__m256 _ZGVdN8v_expf(__m256 x);
+
+static int gelu_isa_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+// y[0, 8) = gelu(x[0, 8))
+__attribute__((target("avx2,fma"))) static void gelu8_forward(const float *x, float *y) {
+    const __m256 v = _mm256_loadu_ps(x), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 e = _ZGVdN8v_erff(_mm256_mul_ps(v, _mm256_set1_ps(R_SQRT2)));
+    _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e)));
+}
+
+// g[0, 8) = dy * gelu'(x) = dy * (cdf(x) + x * pdf(x))
+__attribute__((target("avx2,fma"))) static void gelu8_backward(const float *x, const float *dy, float *g) {
+    const __m256 v = _mm256_loadu_ps(x), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 cdf = _mm256_mul_ps(half, _mm256_add_ps(one, _ZGVdN8v_erff(_mm256_mul_ps(v, _mm256_set1_ps(R_SQRT2)))));
+    const __m256 pdf = _mm256_mul_ps(_mm256_set1_ps(R_SQRT2PI),
+                                     _ZGVdN8v_expf(_mm256_mul_ps(_mm256_set1_ps(-0.5f), _mm256_mul_ps(v, v))));
+    _mm256_storeu_ps(g, _mm256_mul_ps(_mm256_loadu_ps(dy), _mm256_fmadd_ps(v, pdf, cdf)));
+}
+
+static float gelu1_forward(float x) { return 0.5f * x * (1.0f + erff(x * R_SQRT2)); }
+static float gelu1_backward(float x, float dy) {
+    float cdf = 0.5f * (1.0f + erff(x * R_SQRT2)), pdf = R_SQRT2PI * expf(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+}
+
+// x, y are (n)
+void cpu_gelu_forward(int64_t n, const float *x, float *y) {
+    const int avx2 = gelu_isa_avx2();
+    const int64_t blocks = (n + 7) / 8;
+#pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t o = b * 8, len = n - o < 8 ? n - o : 8;
+        if (!avx2) {
+            for (int64_t i = o; i < o + len; i++) y[i] = gelu1_forward(x[i]);
+        } else if (len == 8) {
+            gelu8_forward(x + o, y + o);
+        } else {
+            float xi[8] = {0}, yo[8];
+            memcpy(xi, x + o, sizeof(float) * (size_t)len);
+            gelu8_forward(xi, yo);
+            memcpy(y + o, yo, sizeof(float) * (size_t)len);
+        }
+    }
+}
+
+// x, dy, dx are (n): dx accumulated, or with set dx = 0 + the term (cpu_act_backward_set)
+void cpu_gelu_backward(int64_t n, const float *x, const float *dy, float *dx, int set) {
+    const int avx2 = gelu_isa_avx2();
+    const int64_t blocks = (n + 7) / 8;
+#pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
+    for (int64_t b = 0; b < blocks; b++) {
+        const int64_t o = b * 8, len = n - o < 8 ? n - o : 8;
+        float xi[8] = {0}, di[8] = {0}, g[8];
+        memcpy(xi, x + o, sizeof(float) * (size_t)len);
+        memcpy(di, dy + o, sizeof(float) * (size_t)len);
+        if (avx2) gelu8_backward(xi, di, g);
+        else
+            for (int64_t i = 0; i < len; i++) g[i] = gelu1_backward(xi[i], di[i]);
+        for (int64_t i = 0; i < len; i++) dx[o + i] = (set ? 0.0f : dx[o + i]) + g[i];
+    }
+}
