@@ -2,7 +2,7 @@
 # test_sweep_local.sh: `galley sweep` on one process (no launcher: one group, which is also the
 # coordinator): a grid of 4 trials in grid order, best.yaml, `galley sweep --help`; the base
 # recipe's train.time_limit stops the sweep (exit 4, the journal says so) and --resume auto ends
-# it with the results.csv of a sweep without a limit.
+# it with the results.csv of a sweep without a limit; so does SIGTERM mid-sweep.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -44,4 +44,26 @@ for _ in $(seq 8); do  # each attempt gets the limit again, and resumes what the
 done
 assert_rc 0
 diff full/results.csv cut/results.csv || fail "the resumed sweep's results.csv differs"
+
+info "SIGTERM mid-sweep (after the first trial): exit 4; --resume auto ends with the same results.csv"
+"$GALLEY" sweep "$G" --dir term "${long[@]}" >term.out 2>&1 &
+pid=$!
+for _ in $(seq 600); do  # until one trial ended and the next one trains
+    [[ -f term/journal.jsonl ]] && (($(grep -c '"event":"end"' term/journal.jsonl) >= 1)) && break
+    sleep 0.05
+done
+sleep 0.2
+kill -TERM "$pid"
+rc=0
+wait "$pid" || rc=$?
+if [[ $rc == 4 ]]; then
+    grep -q '"event":"stop","code":4' term/journal.jsonl || fail "no stop event in the journal after SIGTERM"
+    info "stopped by SIGTERM with $(grep -c '"event":"end"' term/journal.jsonl) runs ended"
+    run timeout 60 "$GALLEY" sweep "$G" --dir term "${long[@]}" --resume auto
+    assert_rc 0
+else
+    [[ $rc == 0 ]] || { cat term.out; fail "the sweep exited $rc after SIGTERM, expected 4"; }
+    info "(finished before the signal)"
+fi
+diff full/results.csv term/results.csv || fail "results.csv after SIGTERM and --resume auto differs"
 info "ok"
