@@ -324,12 +324,12 @@ static const gl_backend cuda_table = {
     .copy_rows = cuda_copy_rows,
     .upsample_forward = cuda_upsample_forward,
     .upsample_backward = cuda_upsample_backward,
+    .attention_forward = cuda_attention_forward,
+    .attention_backward = cuda_attention_backward,
     .patch_rearrange = cuda_patch_rearrange,
     .row_sum = cuda_row_sum,
     .row_spread = cuda_row_spread,
     .row_scale = cuda_row_scale,
-    .attention_forward = cuda_attention_forward,
-    .attention_backward = cuda_attention_backward,
 };
 
 // GALLEY_CUDNN_WORKSPACE_MB caps what one convolution algorithm may use (default: 1/16 of the
