@@ -80,28 +80,35 @@ grep -q '"key": "opt_name", "value": "SGD"' cosmoflow.log || fail "cosmoflow: no
 grep -q '"key": "opt_learning_rate_decay_boundary_epochs", "value": \[32, 64\]' cosmoflow.log ||
     fail "cosmoflow: decay boundaries are not the recipe's epochs 32 and 64"
 
-# ---- deepcam-unet to its target, log.mlperf=true (RUN_DIR/mlperf.log): no message ----
-run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" log.mlperf=true checkpoint.dir=ck1
-assert_rc 0
-ttt=$(grep -E '^  MLPerf time to train: [0-9.]+ s' <<<"$OUT") || { show_run; fail "deepcam-unet: no time to train"; }
-info "deepcam-unet:$ttt"
-logs=(runs/deepcam-unet/*/mlperf.log)
-[[ ${#logs[@]} == 1 && -f ${logs[0]} ]] || fail "expected one runs/deepcam-unet/*/mlperf.log, got: ${logs[*]}"
-dc_log=${logs[0]}
-summary=$(dirname "$dc_log")/summary.json
-"$PY" - "$summary" <<'EOF' || fail "summary.json lacks the MLPerf times"
+if [[ $GALLEY_SANITIZE == 0 ]]; then
+    # ---- deepcam-unet to its target, log.mlperf=true (RUN_DIR/mlperf.log): no message ----
+    run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" log.mlperf=true checkpoint.dir=ck1
+    assert_rc 0
+    ttt=$(grep -E '^  MLPerf time to train: [0-9.]+ s' <<<"$OUT") || { show_run; fail "deepcam-unet: no time to train"; }
+    info "deepcam-unet:$ttt"
+    logs=(runs/deepcam-unet/*/mlperf.log)
+    [[ ${#logs[@]} == 1 && -f ${logs[0]} ]] || fail "expected one runs/deepcam-unet/*/mlperf.log, got: ${logs[*]}"
+    dc_log=${logs[0]}
+    summary=$(dirname "$dc_log")/summary.json
+    "$PY" - "$summary" <<'EOF' || fail "summary.json lacks the MLPerf times"
 import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["time_to_train_s"] > 0 and s["time_to_first_step_s"] > 0, s
 EOF
-check "$dc_log"
-info "deepcam-unet: $(tail -n 1 <<<"$ERR")"
-[[ $RC == 0 && -z $(messages) ]] || { show_run; fail "deepcam-unet: the checker did not pass the log"; }
-assert_contains "$(grep run_stop "$dc_log")" '"status": "success"' "deepcam-unet's run_stop"
-grep -q '"key": "opt_name", "value": "LAMB"' "$dc_log" || fail "deepcam-unet: no opt_name LAMB"
-run "$G" report "$(dirname "$dc_log")"
-assert_rc 0
-grep -q "MLPerf time to train" "$(dirname "$dc_log")/report.html" || fail "galley report has no time to train"
+    check "$dc_log"
+    info "deepcam-unet: $(tail -n 1 <<<"$ERR")"
+    [[ $RC == 0 && -z $(messages) ]] || { show_run; fail "deepcam-unet: the checker did not pass the log"; }
+    assert_contains "$(grep run_stop "$dc_log")" '"status": "success"' "deepcam-unet's run_stop"
+    grep -q '"key": "opt_name", "value": "LAMB"' "$dc_log" || fail "deepcam-unet: no opt_name LAMB"
+    run "$G" report "$(dirname "$dc_log")"
+    assert_rc 0
+    grep -q "MLPerf time to train" "$(dirname "$dc_log")/report.html" || fail "galley report has no time to train"
+
+else
+    # Under ASan (about 10x slower) deepcam-unet's run to its target took most of the test's
+    # 600 s: the release tree checks it; here the broken logs are made from cosmoflow's.
+    dc_log=cosmoflow.log
+fi
 
 # ---- a broken log fails: run_start removed, and the quality target's evaluations removed ----
 grep -v '"key": "run_start"' "$dc_log" >broken.log
@@ -109,9 +116,11 @@ check broken.log
 [[ $RC != 0 ]] || fail "the checker passed a log without run_start"
 assert_contains "$ERR" "Required EXACTLY_ONE occurrence of 'run_start' but found 0" "the checker's verdict"
 info "broken (no run_start): $(grep -E "^Required|^failed test" <<<"$ERR" | sort -u | tr '\n' ' ')$(tail -n 1 <<<"$ERR")"
-grep -v '"key": "eval_accuracy"' "$dc_log" >broken2.log
-check broken2.log
-[[ $RC != 0 ]] || fail "the checker passed a log without eval_accuracy"
+if [[ $GALLEY_SANITIZE == 0 ]]; then  # cosmoflow's log has no eval_accuracy to remove
+    grep -v '"key": "eval_accuracy"' "$dc_log" >broken2.log
+    check broken2.log
+    [[ $RC != 0 ]] || fail "the checker passed a log without eval_accuracy"
+fi
 
 # ---- stopped part-way, resumed: one consistent log ----
 if [[ $GALLEY_SANITIZE == 1 ]]; then
