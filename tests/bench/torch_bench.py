@@ -15,7 +15,7 @@ MODEL is one of:
              exact GELU) -> layer_norm -> token mean -> dense 6; batch 64; softmax cross-entropy;
              AdamW (recipes/vit-tiny.yaml; tests/bench/torch_vit.py; SDPA where torch has it)
 
-fp32, SGD momentum 0.9 (vit_tiny: AdamW lr 1e-3, weight decay 0.05), synthetic data held in memory as tensors; each step gathers a batch of
+fp32, SGD momentum 0.9 (vit_tiny: AdamW lr 3e-4, weight decay 0.05), synthetic data held in memory as tensors; each step gathers a batch of
 rows by a shuffled index (as galley gathers its batches). After W warm-up steps it times only
 the training steps (batch gather, forward, loss, backward, optimizer.step, zero_grad): N steps,
 or with --seconds as many as fill about S seconds (at least --min-steps). Prints one JSON line:
@@ -114,7 +114,7 @@ def main():
         y_all = torch.rand(n_train, classes) * 2 - 1
         loss_fn = nn.MSELoss()
     if args.model == "vit_tiny":
-        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
+        opt = torch.optim.AdamW(net.parameters(), lr=3e-4, weight_decay=0.05)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
 
