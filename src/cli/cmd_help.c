@@ -37,29 +37,57 @@ void cli_usage(FILE *out) {
           out);
 }
 
+// `galley help train`.
+static void help_train(FILE *out) {
+    fputs("usage: galley train RECIPE [key=value ...] [--run-dir DIR] [--resume PATH|auto]\n\n"
+          "Validates RECIPE (as `galley check` does), builds the model, and trains it, printing one line\n"
+          "per evaluation with training and validation loss and metrics; between them a progress line\n"
+          "(in place on a terminal, every log.every steps otherwise). The end summary splits the time\n"
+          "into data wait, forward, backward, communication, optimizer, checkpoint and evaluation.\n"
+          "Overrides are typed and checked like recipe text; list items are addressed as\n"
+          "model.layers[2].units or model.layers.2.units.\n\n"
+          "The run directory (log.dir/<name>/<YYYYmmdd-HHMMSS>/, or DIR with --run-dir) keeps the resolved\n"
+          "recipe, metrics.jsonl, TensorBoard event files, console.log and summary.json; log.files=false\n"
+          "keeps none. See them with `galley report DIR` or `tensorboard --logdir runs/`.\n\n"
+          "Under mpirun or `srun --mpi=pmix` every rank trains its part of each global batch\n"
+          "(train.batch_size) and gradients are summed across ranks; only rank 0 prints and writes.\n\n"
+          "Checkpoints (checkpoint.*) go to checkpoint.dir/<name>-step<N>.h5. --resume PATH continues\n"
+          "from that file; --resume auto from the newest good checkpoint of this run name in\n"
+          "checkpoint.dir (falling back past damaged ones; a fresh start if there is none). SIGTERM,\n"
+          "SIGUSR1 and SIGINT make every rank write a checkpoint at the next step boundary and exit 4;\n"
+          "a second SIGINT exits at once. train.time_limit stops the same way before the limit.\n\n"
+          "Exit codes: 0 success (and train.target reached, if set), 1 runtime failure, 2 usage or\n"
+          "recipe error, 3 train.target not reached, 4 stopped early by a signal or train.time_limit\n"
+          "with a checkpoint written (run again with --resume auto to continue).\n",
+          out);
+}
+
+// `galley help data`.
+static void help_data(FILE *out) {
+    char kinds[512];
+    synth_kind_list(kinds, sizeof kinds, ", ");
+    fprintf(out, "usage: galley data synth KIND OUT.h5 [key=value ...]\n"
+                 "       galley data inspect FILE.h5\n"
+                 "       galley data bench RECIPE [key=value ...] [steps=N]\n\n"
+                 "synth writes a synthetic data set (%s) as HDF5,\n", kinds);
+    fputs("the same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
+          "`galley data synth --help` lists the keys and the datasets written.\n\n"
+          "inspect lists every dataset of an HDF5 file: path, shape, dtype, chunks, filters (gzip, shuffle,\n"
+          "...) and min/max/mean of its values (read once, in blocks: memory stays bounded), with a count\n"
+          "of NaN/Inf if any, then the root's galley_* attributes. Exit 2: missing or not an HDF5 file.\n\n"
+          "bench measures the loader alone on the recipe's training split, as the NERSC tutorial's benchy:\n"
+          "  read       files read only: no transform, normalisation, augmentation or cache (synthetic\n"
+          "             data: generating the split in memory)\n"
+          "  full       the loader as training uses it: read, transform, augment\n"
+          "  synthetic  batches copied from memory, nothing read: the loader's own overhead\n"
+          "each in samples/s and MB/s, with data.loader.threads reader threads (override it, e.g.\n"
+          "data.loader.threads=2). steps=N batches per mode (default: one epoch).\n",
+          out);
+}
+
 int cli_help_for(const char *c, FILE *out) {
     if (!strcmp(c, "train")) {
-        fputs("usage: galley train RECIPE [key=value ...] [--run-dir DIR] [--resume PATH|auto]\n\n"
-              "Validates RECIPE (as `galley check` does), builds the model, and trains it, printing one line\n"
-              "per evaluation with training and validation loss and metrics; between them a progress line\n"
-              "(in place on a terminal, every log.every steps otherwise). The end summary splits the time\n"
-              "into data wait, forward, backward, communication, optimizer, checkpoint and evaluation.\n"
-              "Overrides are typed and checked like recipe text; list items are addressed as\n"
-              "model.layers[2].units or model.layers.2.units.\n\n"
-              "The run directory (log.dir/<name>/<YYYYmmdd-HHMMSS>/, or DIR with --run-dir) keeps the resolved\n"
-              "recipe, metrics.jsonl, TensorBoard event files, console.log and summary.json; log.files=false\n"
-              "keeps none. See them with `galley report DIR` or `tensorboard --logdir runs/`.\n\n"
-              "Under mpirun or `srun --mpi=pmix` every rank trains its part of each global batch\n"
-              "(train.batch_size) and gradients are summed across ranks; only rank 0 prints and writes.\n\n"
-              "Checkpoints (checkpoint.*) go to checkpoint.dir/<name>-step<N>.h5. --resume PATH continues\n"
-              "from that file; --resume auto from the newest good checkpoint of this run name in\n"
-              "checkpoint.dir (falling back past damaged ones; a fresh start if there is none). SIGTERM,\n"
-              "SIGUSR1 and SIGINT make every rank write a checkpoint at the next step boundary and exit 4;\n"
-              "a second SIGINT exits at once. train.time_limit stops the same way before the limit.\n\n"
-              "Exit codes: 0 success (and train.target reached, if set), 1 runtime failure, 2 usage or\n"
-              "recipe error, 3 train.target not reached, 4 stopped early by a signal or train.time_limit\n"
-              "with a checkpoint written (run again with --resume auto to continue).\n",
-              out);
+        help_train(out);
     } else if (!strcmp(c, "eval")) {
         fputs("usage: galley eval RECIPE --checkpoint PATH|auto [key=value ...] [--run-dir DIR]\n\n"
               "Builds the recipe's model, loads the weights (and batch-norm statistics) of a checkpoint, and\n"
@@ -107,25 +135,7 @@ int cli_help_for(const char *c, FILE *out) {
               "variables galley sees. Outside the container it says that no hooks ran.\n",
               out);
     } else if (!strcmp(c, "data")) {
-        char kinds[512];
-        synth_kind_list(kinds, sizeof kinds, ", ");
-        fprintf(out, "usage: galley data synth KIND OUT.h5 [key=value ...]\n"
-                     "       galley data inspect FILE.h5\n"
-                     "       galley data bench RECIPE [key=value ...] [steps=N]\n\n"
-                     "synth writes a synthetic data set (%s) as HDF5,\n", kinds);
-        fputs("the same samples data.synthetic makes in memory; a recipe reads it with data.source: hdf5.\n"
-              "`galley data synth --help` lists the keys and the datasets written.\n\n"
-              "inspect lists every dataset of an HDF5 file: path, shape, dtype, chunks, filters (gzip, shuffle,\n"
-              "...) and min/max/mean of its values (read once, in blocks: memory stays bounded), with a count\n"
-              "of NaN/Inf if any, then the root's galley_* attributes. Exit 2: missing or not an HDF5 file.\n\n"
-              "bench measures the loader alone on the recipe's training split, as the NERSC tutorial's benchy:\n"
-              "  read       files read only: no transform, normalisation, augmentation or cache (synthetic\n"
-              "             data: generating the split in memory)\n"
-              "  full       the loader as training uses it: read, transform, augment\n"
-              "  synthetic  batches copied from memory, nothing read: the loader's own overhead\n"
-              "each in samples/s and MB/s, with data.loader.threads reader threads (override it, e.g.\n"
-              "data.loader.threads=2). steps=N batches per mode (default: one epoch).\n",
-              out);
+        help_data(out);
     } else if (!strcmp(c, "help")) {
         fputs("usage: galley help [COMMAND | recipe]\n\n"
               "`galley help recipe` prints the recipe reference (Markdown) that the README carries.\n",
