@@ -41,6 +41,7 @@ typedef struct {
     int64_t offset, len;  // into the parameter block
     int tensor;           // index into the optimizer's tensors (parameter order, empty ones skipped)
     bool plain;           // optimizer.exclude_1d and a 1-D tensor: no weight decay, LAMB ratio 1
+    bool split;           // its tensor is split over the tensor group (tp.h): norms sum it over the group
 } gl_chunk;
 
 // One optimizer update's scalars, computed on the host by src/optim (rule: OPT_* of backend_types.h).

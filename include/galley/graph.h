@@ -31,6 +31,7 @@ typedef struct {
     int64_t step;       // the optimizer step the next forward belongs to
     int64_t row0;       // the global batch position of row 0 (ranks and parts; keys dropout draws)
     const gl_reducer *reduce;  // distributed.sync_batchnorm: batch statistics summed over ranks (NULL: local)
+    const gl_tp *tp;           // tensor parallelism (graph_build_tp; NULL: none): every layer's l->tp
     // Called after each layer's backward (layers run last to first): gradient buckets start
     // their allreduce from here. NULL: none.
     void (*layer_done)(void *ctx, int layer);
@@ -46,6 +47,20 @@ typedef struct {
 // "FILE:LINE:COL: error: model.layers[i] (name): ..." to err and returns -1.
 int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be,
                 FILE *err);
+// graph_build for one rank of a tensor group (tp.h; NULL: graph_build): attention layers are
+// split by heads and MLP pairs (a dense, element-wise layers only, a dense) column then row;
+// shapes and parameters are this rank's. tp must outlive g.
+int graph_build_tp(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be,
+                   const gl_tp *tp, FILE *err);
+// "12 attention (by heads), 12 dense pairs (column, row); replicated: 25 layer_norm, ..." for the
+// start banner and `galley check` (graph_tp.c).
+void graph_tp_describe(const gl_graph *g, char *buf, size_t len);
+// Copies between this rank's parameter block and the whole model's (full: the same recipe built
+// with graph_build): to_full false fills local from full, true writes local's slices into full.
+// rank: whose slices (0 .. tp size - 1; local is that rank's layout). Optimizer state buffers have the parameters' layout:
+// the same call copies them.
+void graph_tp_slice(const gl_graph *local, const gl_graph *full, int rank, float *localbuf, float *fullbuf,
+                    bool to_full);
 // Gives every output a gradient buffer of its own instead of sharing the pool by lifetime
 // (graph_plan.c), so that all of them still hold their values after backward: for tests that
 // read them. Before graph_bind; g->bytes grows to match.

@@ -12,6 +12,7 @@
 #include "galley/recipe.h"
 #include "galley/schema.h"
 #include "galley/tensor.h"
+#include "galley/tp.h"
 
 #define GL_MAX_INPUTS GL_MAX_NAMES
 #define GL_MAX_PARAM_TENSORS 4
@@ -25,6 +26,10 @@ typedef struct {
     int64_t size;
     int64_t offset;  // into the model's parameter block
     int fan_in, fan_out;
+    // Tensor parallelism (tp.h): how this rank's tensor is cut from the whole one (GL_SPLIT_*),
+    // and along rows, the segments each cut separately (1; 3 for in_proj's q, k, v). `shape` and
+    // `size` are this rank's; checkpoints hold the whole tensor.
+    int split, segments;
 } gl_param;
 
 // What a kind's inputs must be (checked by graph_build before infer, so a misplaced layer is
@@ -42,6 +47,9 @@ typedef struct layer_kind {
     // convolution workspace (cuDNN) does not need: the graph then gives this kind none. Kinds
     // without it keep their work on every backend (attention's backward temporaries).
     bool im2col_work;
+    // Output element i depends on input element i alone, deterministically (the activations):
+    // such layers may sit between the two dense layers of a tensor-parallel MLP pair (tp.h).
+    bool elementwise;
     // Optional: what its scratch keeps from forward to backward and how it grows, for the memory
     // plan `galley check` prints (e.g. attention: "linear in T: no T x T matrix").
     const char *scratch_doc;
@@ -95,6 +103,10 @@ struct layer {
     int64_t step;
     int64_t row0;  // the global batch position of row 0, so draws do not depend on how ranks split it
     const gl_reducer *reduce;  // sync_batchnorm across ranks: the sum over ranks (NULL: local statistics)
+    // Set by graph_build before infer: the tensor group (NULL: no tensor parallelism) and this
+    // layer's part in it (GL_TP_*: split by heads, column- or row-parallel; none: replicated).
+    const gl_tp *tp;
+    int tp_role;
     // Set by the graph before each backward: input k's gradient was not cleared, and backward
     // writes it whole (only where kind->sets_grad said it can).
     bool grad_set[GL_MAX_INPUTS];

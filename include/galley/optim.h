@@ -45,6 +45,9 @@ typedef struct gl_optim {
     double *partial;         // [3 * nchunks] per-chunk sums of squares
     double *ratio;           // [ntensors] LAMB: the trust ratio each tensor got at the last step
     double last_scale;       // the factor the last step multiplied the gradients by (1: not clipped)
+    // Tensor parallelism: sums the split tensors' squares over the tensor group, so the norm (and
+    // clip_norm's factor, and the non-finite check) is the whole model's on every rank. NULL: none.
+    const gl_reducer *split_sum;
 } gl_optim;
 
 // ---- the registry (optim_registry.c): one entry per rule ---------------------------------------

@@ -17,6 +17,8 @@ struct layer_kind;
 #define GL_MAX_LAYER_KEYS 24
 
 // One entry of model.layers as written (with defaults filled).
+enum { TENSOR_ORDER_TENSOR_FIRST = 0, TENSOR_ORDER_DATA_FIRST };
+
 typedef struct {
     const struct layer_kind *kind;
     const char *name;   // given, or "<type><index>"
@@ -135,6 +137,9 @@ typedef struct {
         bool deterministic;    // fixed reduction order: bitwise the same for any rank count dividing parts
         int64_t parts;         // deterministic: the global batch is computed as this many parts (0: ranks)
         double timeout;        // seconds a collective may make no progress before the job is ended
+        int64_t tensor_parallel;  // ranks per tensor group (grid.h; 1: data parallelism only)
+        int64_t tensor_parts;     // deterministic: canonical parts of the split products (0: tensor_parallel)
+        int tensor_order;         // TENSOR_ORDER_*: which groups take consecutive ranks
     } distributed;
     struct {
         const char *dir;       // checkpoint files: dir/<name>-step<N>.h5

@@ -27,8 +27,9 @@ static void plan_line(const char *where, const train_plan *p) {
 
 // The run's arena at the recipe's batch for one rank, as train plans it: on the CPU, and on a
 // GPU (no im2col space: cuDNN keeps its own; staged targets), so a batch can be sized before
-// a job waits in a queue for a GPU it does not fit.
-static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset *d) {
+// a job waits in a queue for a GPU it does not fit. tp: one rank of a tensor group (NULL: the
+// whole model on each rank).
+static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset *d, const gl_tp *tp) {
     gl_dist one = {.rank = 0, .world = 1, .local_rank = 0, .local_world = 1, .launcher = "none"};
     const bool staging = !r->distributed.deterministic;
     train_plan pc, pg;
@@ -36,17 +37,46 @@ static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset 
     gl_backend view = *backend_cpu();
     view.device = 1, view.own_conv_workspace = 1;
     gl_graph g;
-    if (graph_build(&g, r, d->shape, r->train.batch_size, &view, stderr) != 0) {
+    if (graph_build_tp(&g, r, d->shape, r->train.batch_size, &view, tp, stderr) != 0) {
         graph_free(&g);
         return;  // it built on the CPU's terms: graph_build said why on stderr
     }
     train_plan_of(r, &g, d, &one, staging, true, &pg);
     graph_free(&g);
-    printf("# memory plan at batch %lld, one rank (the arena train allocates once):\n", (long long)r->train.batch_size);
+    if (tp)
+        printf("# memory plan at batch %lld on one data-parallel rank, for each rank of a tensor group of %d "
+               "(distributed.tensor_parallel; %lld of the parameters on each rank):\n",
+               (long long)r->train.batch_size, tp->size, (long long)cpu->nparams);
+    else
+        printf("# memory plan at batch %lld, one rank (the arena train allocates once):\n",
+               (long long)r->train.batch_size);
     plan_line("on a GPU", &pg);
     printf("#   %-11s plus the cuDNN workspace cap (GALLEY_CUDNN_WORKSPACE_MB; default 1/16 of the GPU's memory, at "
            "most 2 GiB) and 256 MiB of library buffers\n", "");
     plan_line("on the CPU", &pc);
+}
+
+// distributed.tensor_parallel > 1: the model as one rank of a tensor group builds it (a split
+// that does not divide is an error here as in train) and its plan. GL_EXIT_OK or GL_EXIT_USAGE.
+static int check_tensor_parallel(const recipe_t *r, const gl_dataset *d) {
+    const int64_t tp = r->distributed.tensor_parallel;
+    if (tp <= 1) return GL_EXIT_OK;
+    const gl_tp view = {.size = (int)tp,
+                        .groups = r->distributed.deterministic
+                                      ? (int)(r->distributed.tensor_parts ? r->distributed.tensor_parts : tp)
+                                      : 0};
+    gl_graph g;
+    int code = GL_EXIT_OK;
+    if (graph_build_tp(&g, r, d->shape, r->train.batch_size, backend_cpu(), &view, stderr) != 0) {
+        code = GL_EXIT_USAGE;
+    } else {
+        char what[1024];
+        graph_tp_describe(&g, what, sizeof what);
+        printf("# tensor parallel %lld: %s\n", (long long)tp, what);
+        print_plan(r, &g, d, &view);
+    }
+    graph_free(&g);
+    return code;
 }
 
 int cmd_check(int argc, char **argv) {
@@ -79,7 +109,11 @@ int cmd_check(int argc, char **argv) {
                 printf("#   %s\n", line);
             free(buf);
         }
-        print_plan(&r, &g, &d);
+        print_plan(&r, &g, &d, NULL);
+        if (check_tensor_parallel(&r, &d) != GL_EXIT_OK) {
+            fprintf(stderr, "galley: %s is not a valid recipe\n", r.file);
+            code = GL_EXIT_USAGE;
+        }
     }
     graph_free(&g);
     recipe_free(&r);

@@ -80,13 +80,20 @@ static int graph_check_takes(const layer_t *l, FILE *err) {
 }
 
 int graph_build(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be, FILE *err) {
+    return graph_build_tp(g, r, input, batch, be, NULL, err);
+}
+
+int graph_build_tp(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch, const gl_backend *be,
+                   const gl_tp *tp, FILE *err) {
     memset(g, 0, sizeof *g);
     g->be = be;
+    g->tp = tp;
     g->batch = batch;
     g->input.shape = input;
     g->input.size = shape_size(&input);
     g->nlayers = r->model.nlayers;
     g->layers = gl_xcalloc((size_t)g->nlayers, sizeof(layer_t));
+    if (graph_tp_plan(g, r, err) != 0) return -1;
     int64_t act = 0;
     double extra = 0;  // layers' state and scratch, already sized for the batch
     for (int i = 0; i < g->nlayers; i++) {

@@ -17,6 +17,9 @@ bool graph_replay_pass(gl_graph *g, int64_t n, bool train, bool backward);
 // between gradients never live at once when `share`, else one after another. Returns the
 // pool's floats per sample.
 int64_t graph_plan_grads(gl_graph *g, bool share);
+// Sets every layer's tp and tp_role from g->tp (graph_tp.c). 0, or -1 when tensor parallelism
+// would split no layer (printed at the recipe key).
+int graph_tp_plan(gl_graph *g, const recipe_t *r, FILE *err);
 // Frees the recordings (graph_free).
 void graph_replay_free(gl_graph *g);
 

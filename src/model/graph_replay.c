@@ -45,6 +45,11 @@ void graph_replay_setup(gl_graph *g, bool on, FILE *err) {
     graph_replay_free(g);
     const gl_backend *be = g->be;
     if (!on || !be->capture_begin) return;
+    if (g->tp && g->tp->size > 1) {  // the split layers' sums are MPI calls between kernels
+        fprintf(err, "galley: note: train.cuda_graphs: every pass runs eagerly under tensor parallelism (its "
+                     "layers' sums over the tensor group are host calls between kernels)\n");
+        return;
+    }
     g->replay = gl_xcalloc(1, sizeof *g->replay);
     g->replay->err = err;
 }

@@ -88,7 +88,8 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
                     .offset = prm->offset + s,
                     .len = prm->size - s < GL_OPTIM_CHUNK ? prm->size - s : GL_OPTIM_CHUNK,
                     .tensor = t,
-                    .plain = plain};
+                    .plain = plain,
+                    .split = prm->split != GL_SPLIT_NONE};
             o->ratio[t++] = 1.0;
         }
 }
@@ -116,8 +117,15 @@ static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
             part[c] = s;
         }
     }
-    double total = 0.0;
-    for (int c = 0; c < o->nchunks; c++) total += part[c];
+    double total = 0.0, split = 0.0;
+    for (int c = 0; c < o->nchunks; c++) {
+        if (o->split_sum && ch[c].split) split += part[c];
+        else total += part[c];
+    }
+    if (o->split_sum) {  // each rank holds its share of the split tensors: the group's sum, then the rest
+        o->split_sum->sum(o->split_sum->ctx, &split, 1);
+        total += split;
+    }
     return sqrt(total);
 }
 

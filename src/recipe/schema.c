@@ -38,6 +38,7 @@ static const char *const target_kind_choices[] = {"class", "mask", "values", NUL
 static const char *const transform_choices[] = {"none", "log1p", NULL};
 static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
 static const char *const cache_choices[] = {"none", "memory", NULL};
+static const char *const tensor_order_choices[] = {"tensor_first", "data_first", NULL};
 static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", "l2_relative", NULL};
 static const char *const l2_relative_per_choices[] = {"sample", "channel", NULL};
@@ -442,6 +443,18 @@ static const key_spec distributed_keys[] = {
     {"timeout", KT_FLOAT, KF_DEFAULT, "300", 1, 1e7, NULL, OFF(distributed.timeout), NULL,
      "seconds a collective may wait for the other ranks before the job is ended with a message naming the "
      "step (a rank that died or hangs)"},
+    {"tensor_parallel", KT_INT, KF_DEFAULT, "1", 1, 4096, NULL, OFF(distributed.tensor_parallel), NULL,
+     "ranks that hold one model between them (Megatron-style tensor parallelism: attention split by heads, "
+     "each MLP's dense pair column then row, other layers replicated); the world is a grid of "
+     "world / tensor_parallel data-parallel groups of this many; must divide the ranks"},
+    {"tensor_parts", KT_INT, KF_DEFAULT, "0", 0, 4096, NULL, OFF(distributed.tensor_parts), NULL,
+     "the split products are computed as this many canonical parts (of the heads and MLP units) and summed in "
+     "part order, so any tensor_parallel dividing it gives bitwise the same run (0: tensor_parallel)",
+     is_deterministic, "distributed.deterministic is true"},
+    {"tensor_order", KT_ENUM, KF_DEFAULT, "tensor_first", NO_RANGE, tensor_order_choices,
+     OFF(distributed.tensor_order), NULL,
+     "tensor_first: each tensor group is consecutive ranks (one node first, where their per-layer sums are "
+     "cheapest); data_first: each data-parallel group is"},
     KEY_END,
 };
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "galley/cpu_spin.h"  // gl_spin: the CPU's idle threads
+#include "galley/grid.h"      // gl_grid: data x tensor parallel ranks
 #include "galley/lr.h"        // gl_lr: the learning-rate schedule
 #include "galley/mllog.h"     // gl_mllog: the MLPerf HPC log (log.mlperf)
 #include "galley/runlog.h"    // gl_runlog: console, metrics and summary of the run directory
@@ -32,7 +33,13 @@ typedef struct {
     train_result *res;
     FILE *out, *err;  // the caller's streams; once the run log is open, its streams (kept in console.log)
     gl_dist solo;     // the one process's ranks when opts->dist is NULL
-    gl_dist *d;
+    gl_dist *d;       // every rank of the job
+    // Tensor parallelism (run_grid.c): the grid, and the data-parallel group (d without it).
+    gl_grid grid;
+    bool grid_on;
+    gl_dist *dp;
+    gl_graph full;  // the whole model's layout (tensor parallelism: init and checkpoints)
+    bool full_on;
 
     // Device and checkpoint to continue (run_open.c).
     const gl_backend *be;
@@ -92,6 +99,17 @@ int run_open_data(gl_run *u);
 int run_plan(gl_run *u);
 // Frees whatever run_open set up.
 void run_close(gl_run *u);
+// distributed.tensor_parallel (run_grid.c): checks it against the ranks and the recipe (exit 2
+// on every rank, rank 0 naming the key), then splits the world into the grid; u->dp is the
+// data-parallel group (u->d without tensor parallelism). GL_EXIT_OK or GL_EXIT_USAGE.
+int run_grid_open(gl_run *u);
+// The tensor view the model is built with (NULL: none).
+const gl_tp *run_grid_tp(const gl_run *u);
+// After graph_build: the whole model's layout (u->full) where the grid splits it. GL_EXIT_OK or GL_EXIT_USAGE.
+int run_grid_full(gl_run *u);
+// The first parameters: graph_init_params, or with tensor parallelism the whole model's, sliced.
+void run_grid_init_params(gl_run *u);
+void run_grid_close(gl_run *u);
 
 // ---- the run (run_banner.c, run_loop.c, run_step.c, run_eval.c, run_finish.c) ----
 

@@ -27,6 +27,18 @@ static void banner_notes(const gl_run *u) {
         fprintf(out, "  ranks: %d (launched by %s, %d on this node) | %s\n", d->world, d->launcher, d->local_world,
                 c->parts ? "deterministic: gradients gathered and summed in part order"
                          : "gradients summed by allreduce in buckets during backward");
+    if (u->grid_on) {
+        char what[1024];
+        fprintf(out, "  ");
+        grid_describe(&u->grid, d->world, out);
+        graph_tp_describe(&u->g, what, sizeof what);
+        fprintf(out, "  tensor parallel %d: %s; %lld of the %lld parameters on each rank%s\n", u->grid.tp, what,
+                (long long)u->g.nparams, (long long)(u->full_on ? u->full.nparams : u->g.nparams),
+                u->grid.view.groups ? "; split products in canonical parts (distributed.tensor_parts)" : "");
+        if (u->grid.view.groups)
+            fprintf(out, "  deterministic: the split products are computed as %d canonical parts (%d per tensor "
+                         "rank), summed in part order\n", u->grid.view.groups, u->grid.view.groups / u->grid.tp);
+    }
     if (c->parts)
         fprintf(out, "  deterministic: the global batch is computed as %d parts (%d per rank), summed in a fixed "
                      "order\n", c->parts, c->local_parts);
@@ -36,7 +48,7 @@ static void banner_notes(const gl_run *u) {
     else if (u->resume_path[0])
         fprintf(out, "  resumed from %s at step %lld (epoch %lld)%s\n", u->resume_path, (long long)ck->step,
                 (long long)(ck->step / u->steps_per_epoch + 1),
-                ck->world != d->world ? " (written by a run with another number of ranks)" : "");
+                ck->world != u->dp->world ? " (written by a run with another number of data-parallel ranks)" : "");
     if (c->ls.on && !u->opts->evaluate)
         fprintf(out, "  fp16: dynamic loss scaling, scale %g%s (halved on a non-finite gradient, the step skipped; "
                      "doubled after %d finite steps)\n",
@@ -57,7 +69,7 @@ void run_banner(gl_run *u) {
     gl_runinfo info = {.name = r->name, .recipe_file = r->file, .hash = recipe_hash(r), .device = u->device,
                        .ranks = u->d->world, .threads = u->threads, .precision = recipe_precision_name(u->precision),
                        .global_batch = r->train.batch_size < train->n ? r->train.batch_size : train->n,
-                       .local_batch = u->batch, .parameters = u->g.nparams, .mflops = (double)u->g.flops / 1e6,
+                       .local_batch = u->batch, .parameters = u->full_on ? u->full.nparams : u->g.nparams, .mflops = (double)u->g.flops / 1e6,
                        .train_samples = train->n, .val_samples = u->val.n, .data_seconds = u->t_data,
                        .total_steps = u->total_steps, .steps_per_epoch = u->steps_per_epoch,
                        .steps_set = r->train.steps > 0, .main_metric = main_metric(r, train)};

@@ -8,7 +8,7 @@
 
 int run_open_data(gl_run *u) {
     const recipe_t *r = u->r;
-    const gl_dist *d = u->d;
+    const gl_dist *d = u->dp;  // the data-parallel group: all of u->d without tensor parallelism
     loader_params lpt, lpv;
     loader_default_params(&lpt);
     loader_default_params(&lpv);
@@ -33,23 +33,27 @@ int run_open_data(gl_run *u) {
     if (failed) return GL_EXIT_USAGE;
     u->train = *loader_shape(u->lt), u->val = *loader_shape(u->lv);
     u->batch = loader_batch_capacity(u->lt);
-    if (train_check_splits(r, &u->train, &u->val, u->err) != 0 ||
-        graph_build(&u->g, r, u->train.shape,
-                    u->batch > loader_batch_capacity(u->lv) ? u->batch : loader_batch_capacity(u->lv), u->be,
-                    u->err) != 0 ||
-        train_check_model(r, &u->g, &u->train, u->err) != 0)
-        return GL_EXIT_USAGE;
-    return GL_EXIT_OK;
+    // The model's errors come from the recipe alone, the same on every rank: rank 0 says them.
+    FILE *quiet = u->d->rank == 0 ? NULL : fopen("/dev/null", "w"), *err = quiet ? quiet : u->err;
+    int code = GL_EXIT_OK;
+    if (train_check_splits(r, &u->train, &u->val, err) != 0 ||
+        graph_build_tp(&u->g, r, u->train.shape,
+                       u->batch > loader_batch_capacity(u->lv) ? u->batch : loader_batch_capacity(u->lv), u->be,
+                       run_grid_tp(u), err) != 0 ||
+        run_grid_full(u) != GL_EXIT_OK || train_check_model(r, &u->g, &u->train, err) != 0)
+        code = GL_EXIT_USAGE;
+    if (quiet) fclose(quiet);
+    return code;
 }
 
 int run_plan(gl_run *u) {
     const recipe_t *r = u->r;
-    const gl_dist *d = u->d;
+    const gl_dist *d = u->dp;  // the data-parallel group: all of u->d without tensor parallelism
     // Synchronised batch norm needs every rank in every batch (each joins the statistics' sum).
     int64_t tail =
         r->data.loader.drop_last ? 0 : u->train.n % (r->train.batch_size < u->train.n ? r->train.batch_size : u->train.n);
     if (r->distributed.sync_batchnorm && d->world > 1 && tail > 0 && tail < d->world) {
-        if (d->rank == 0)
+        if (u->d->rank == 0)
             fprintf(u->err, "%s: error: distributed.sync_batchnorm: the last batch of each epoch has %lld samples, "
                             "fewer than the %d ranks; set data.loader.drop_last: true or change train.batch_size\n",
                     r->file, (long long)tail, d->world);

@@ -106,17 +106,21 @@ static int open_model(gl_run *u) {
     arena_init_for(&u->arena, u->bytes, u->be);
     u->arena_on = true;
     graph_bind(&u->g, &u->arena);
-    graph_init_params(&u->g, (uint64_t)r->seed);
+    run_grid_init_params(u);
     u->g.seed = (uint64_t)r->seed;
     optim_init(&u->opt, r, &u->g, &u->arena);
     loss_init(&u->loss, r, &u->train);
-    train_ctx_init(&u->c, r, u->d, &u->g, &u->loss, &u->opt, &u->train, &u->arena);
+    train_ctx_init(&u->c, r, u->dp, &u->g, &u->loss, &u->opt, &u->train, &u->arena);
     u->ctx_on = true;
+    if (u->grid_on) {  // the tensor group's sums, and the whole model's layout for checkpoints
+        train_ctx_grid(&u->c, u->d, &u->grid, u->full_on ? &u->full : NULL);
+        grid_bind(&u->grid, &u->g, &u->c.step);
+    }
     input_stage_init(&u->stage, u->be, &u->g, u->lt, u->staging, &u->arena, u->stage_note, sizeof u->stage_note);
     u->stage_on = true;
     u->c.stage = &u->stage;
     loss_scale_init(&u->c.ls, u->precision == PRECISION_FP16);
-    u->ck = (gl_ckpt_state){.best = NAN, .best_loss = NAN, .world = u->d->world, .parts = u->c.parts,
+    u->ck = (gl_ckpt_state){.best = NAN, .best_loss = NAN, .world = u->dp->world, .parts = u->c.parts,
                             .threads = u->threads};
     int code;
     if (u->resume_path[0] && (code = train_resume_load(&u->c, u->resume_path, &u->ck, u->err)) != GL_EXIT_OK)
@@ -153,7 +157,8 @@ static int open_log(gl_run *u) {
 }
 
 int run_open(gl_run *u) {
-    int code = check_split(u->r, u->d, u->err);
+    int code = run_grid_open(u);  // distributed.tensor_parallel: u->dp, the data-parallel group
+    if (code == GL_EXIT_OK) code = check_split(u->r, u->dp, u->err);
     if (code == GL_EXIT_OK) code = open_backend(u);
     if (code == GL_EXIT_OK) code = open_resume(u);
     if (code != GL_EXIT_OK) return code;
@@ -179,6 +184,7 @@ void run_close(gl_run *u) {
     if (u->stage_on) input_stage_free(&u->stage);
     if (u->ctx_on) train_ctx_free(&u->c);
     graph_free(&u->g);
+    run_grid_close(u);
     if (u->arena_on) arena_free(&u->arena);
     if (u->lt) loader_free(u->lt);
     if (u->lv) loader_free(u->lv);

@@ -47,6 +47,7 @@ int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *p
 }
 
 int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *err) {
+    if (c->full) return train_whole_load(c, path, st, err);  // tensor parallelism
     int code = GL_EXIT_OK;
     if (c->d->rank == 0) {
         char why[1024];
@@ -73,11 +74,16 @@ int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *e
 int train_save(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err, double *seconds) {
     double t0 = runlog_now();
     int ok = 1;
-    if (c->d->rank == 0) {
+    // Under tensor parallelism the whole model is gathered onto world rank 0 first.
+    float *bufs[4] = {0};
+    gl_graph wg;
+    gl_optim wo;
+    const bool writer = c->full ? train_whole_gather(c, bufs, &wg, &wo, st->step) : c->d->rank == 0;
+    if (writer) {
         char path[4200], why[4400];
         ckpt_path(path, sizeof path, c->r->checkpoint.dir, c->r->name, st->step);
         if (ckpt_prepare_dir(c->r->checkpoint.dir, why, sizeof why) != 0 ||
-            ckpt_write(path, c->r, c->g, c->opt, st, why, sizeof why) != 0) {
+            ckpt_write(path, c->r, c->full ? &wg : c->g, c->full ? &wo : c->opt, st, why, sizeof why) != 0) {
             fprintf(err, "galley: error: checkpoint at step %lld not written: %s\n"
                          "  hint: free space or fix checkpoint.dir, then resume from the last checkpoint with "
                          "--resume auto\n", (long long)st->step, why);
@@ -91,7 +97,8 @@ int train_save(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err, doub
             fflush(out);
         }
     }
-    dist_bcast(c->d, &ok, sizeof ok, 0, "waiting for rank 0's checkpoint", st->step);
+    train_whole_free(bufs);
+    dist_bcast(c->world ? c->world : c->d, &ok, sizeof ok, 0, "waiting for rank 0's checkpoint", st->step);
     *seconds = runlog_now() - t0;
     return ok ? 0 : -1;
 }

@@ -18,7 +18,13 @@ enum { FLAG_SIGNAL = 0, FLAG_TIME, FLAG_CKPT, FLAG_COUNT };
 
 typedef struct {
     const recipe_t *r;
-    gl_dist *d;
+    gl_dist *d;  // the data-parallel group (every rank without tensor parallelism)
+    // Tensor parallelism (train_ctx_grid; NULL without): every rank, the grid, the whole model's
+    // layout (checkpoints are written and read whole), the optimizer's norm summed over the tensor group.
+    gl_dist *world;
+    struct gl_grid *grid;
+    const gl_graph *full;
+    gl_reducer split_sum;
     gl_graph *g;
     const gl_backend *be;
     const gl_loss *loss;
@@ -47,6 +53,10 @@ typedef struct {
 size_t train_ctx_bytes(const recipe_t *r, const gl_graph *g, const gl_dist *d);
 void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, const gl_loss *loss, gl_optim *opt,
                     const gl_dataset *train, gl_arena *a);
+// Tensor parallelism: world (every rank), the grid and the whole model's layout (NULL at
+// tensor_parallel 1: deterministic tensor_parts alone); the optimizer's norm then sums the
+// split tensors over the tensor group.
+void train_ctx_grid(train_ctx *c, gl_dist *world, struct gl_grid *grid, const gl_graph *full);
 void train_ctx_free(train_ctx *c);
 // One global step on this rank's part of batch b: forward, loss, and (when every part's loss
 // is finite) backward with the gradients summed over ranks into g->grads. flags: this rank's
@@ -136,5 +146,12 @@ int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *p
 int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *err);
 // Rank 0 writes the checkpoint of st->step; every rank learns the outcome. 0, or -1 (printed).
 int train_save(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err, double *seconds);
+// Tensor parallelism (train_ckpt_whole.c; c->full set). The tensor group of data rank 0 gathers
+// the whole model (parameters and optimizer state, bufs[4]) onto its tensor rank 0, which gets
+// the views wg, wo over them and a return of 1 (others 0; free bufs with train_whole_free).
+int train_whole_gather(train_ctx *c, float *bufs[4], gl_graph *wg, gl_optim *wo, int64_t step);
+void train_whole_free(float *bufs[4]);
+// World rank 0 reads path whole; every rank takes its slices. GL_EXIT_OK or the exit code (printed).
+int train_whole_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *err);
 
 #endif

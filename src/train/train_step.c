@@ -20,6 +20,7 @@
 #include "galley/check.h"
 #include "galley/prof.h"
 #include "galley/runlog.h"
+#include "galley/grid.h"
 #include "train/train_internal.h"
 
 static int64_t state_floats_of(const gl_graph *g) {
@@ -68,6 +69,19 @@ void train_ctx_init(train_ctx *c, const recipe_t *r, gl_dist *d, gl_graph *g, co
     }
     metrics_init_run(&c->lm, train, r);
     metrics_init_run(&c->sm, train, r);
+}
+
+static void split_sum(void *ctx, double *buf, int count) {
+    train_ctx *c = ctx;
+    dist_sum_doubles(&c->grid->tpd, buf, count, "the gradient norm's sum over the tensor group", c->step);
+}
+
+void train_ctx_grid(train_ctx *c, gl_dist *world, struct gl_grid *grid, const gl_graph *full) {
+    c->world = world, c->grid = grid, c->full = full;
+    if (grid->tp > 1) {
+        c->split_sum = (gl_reducer){split_sum, c};
+        c->opt->split_sum = &c->split_sum;
+    }
 }
 
 void train_ctx_free(train_ctx *c) { gradsync_free(c->sync); }
@@ -142,6 +156,10 @@ static double finish_vec(train_ctx *c, const double *v, int *nonfinite) {
     metrics_add_packed(&c->sm, v);
     *nonfinite = v[GL_METRICS_PACKED] > 0;
     for (int f = 0; f < FLAG_COUNT; f++) c->flags[f] = v[GL_METRICS_PACKED + 1 + f];
+    // The losses were summed over the data-parallel group (the tensor group's ranks compute the
+    // same ones); a stop or checkpoint wish must reach every rank: over the tensor group too.
+    if (c->grid && c->grid->tp > 1)
+        dist_sum_doubles(&c->grid->tpd, c->flags, FLAG_COUNT, "the step's flags over the tensor group", c->step);
     return c->sm.samples > 0 ? c->sm.loss_sum / (double)c->sm.samples : 0.0;
 }
 

@@ -60,7 +60,7 @@ static bool act_sets_grad(const layer_t *l, const gl_backend *be, int k) {
 #define ACT_KIND(sym, nm, ks, d)                                                                       \
     const layer_kind sym = {.name = nm, .doc = d, .keys = ks, .min_inputs = 1, .max_inputs = 1,        \
                             .infer = act_infer, .forward = act_forward, .backward = act_backward,      \
-                            .sets_grad = act_sets_grad, .act_of = act_fusable}
+                            .sets_grad = act_sets_grad, .act_of = act_fusable, .elementwise = true}
 
 ACT_KIND(layer_relu, "relu", no_keys, "max(0, x)");
 ACT_KIND(layer_leaky_relu, "leaky_relu", leaky_keys, "x for x > 0, slope * x otherwise");

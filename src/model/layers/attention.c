@@ -11,11 +11,17 @@
 // Attention-probability dropout (training only) draws element (n, h, i, j) of layer l at
 // l * 2^40 + ((row0 + n) H + h) T T + i T + j under RNG_DROPOUT, as dropout.c keys its elements by
 // the global batch row: the same draws however ranks split the batch; backward draws them again.
+// (Under tensor parallelism H and h are this rank's heads: the draws then depend on the layout.)
+//
+// Tensor parallelism (tp.h): each rank of the group holds H / tp heads: its rows of in_proj (q,
+// k and v: column-parallel), its columns of out_proj.weight (row-parallel, the output summed over
+// the group); out_proj.bias is replicated. The input [T, D] is the same on every rank.
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "galley/layer.h"
+#include "model/tp_ops.h"
 
 enum { K_HEADS, K_QKV_BIAS, K_DROPOUT, K_CAUSAL, K_INIT };
 static const key_spec keys[] = {
@@ -35,13 +41,37 @@ static const key_spec keys[] = {
 
 #define ATTN_INDEX_BITS 40  // dropout draws per layer in the random stream (as dropout.c)
 
+// t tokens of d features; this rank's h heads of e features, w = h e of them (d without tensor
+// parallelism).
 typedef struct {
-    int64_t t, d, h, e;
+    int64_t t, d, h, e, w;
 } attn_dims;
 
 static attn_dims attn_dims_of(const layer_t *l) {
-    const int64_t t = l->in[0]->shape.d[0], d = l->in[0]->shape.d[1], h = l->cfg->v[K_HEADS].i;
-    return (attn_dims){t, d, h, d / h};
+    const int64_t t = l->in[0]->shape.d[0], d = l->in[0]->shape.d[1], heads = l->cfg->v[K_HEADS].i;
+    const int64_t h = l->tp_role == GL_TP_HEADS ? heads / l->tp->size : heads;
+    return (attn_dims){t, d, h, d / heads, h * (d / heads)};
+}
+
+// The split by heads: 0, or -1 with the message.
+static int attention_tp_check(const layer_t *l, int64_t heads, char *err, size_t errlen) {
+    const gl_tp *tp = l->tp;
+    if (l->tp_role != GL_TP_HEADS) return 0;
+    if (heads % tp->size || (tp->groups && heads % tp->groups)) {
+        snprintf(err, errlen, "heads %lld does not divide over %s %d (attention is split by heads)", (long long)heads,
+                 tp->groups && heads % tp->groups ? "distributed.tensor_parts" : "distributed.tensor_parallel",
+                 tp->groups && heads % tp->groups ? tp->groups : tp->size);
+        return -1;
+    }
+    return 0;
+}
+
+// The work the split products need beyond backward's own temporaries (tp_ops.h).
+static int64_t attention_tp_work(const layer_t *l, const attn_dims *a) {
+    if (l->tp_role != GL_TP_HEADS) return 0;
+    const int64_t rows = l->batch * a->t, c = tp_column_work(l->tp, rows, a->d, a->w, 3),
+                  r = tp_row_work(l->tp, rows, a->w, a->d);
+    return c > r ? c : r;
 }
 
 static int attention_infer(layer_t *l, char *err, size_t errlen) {
@@ -51,11 +81,13 @@ static int attention_infer(layer_t *l, char *err, size_t errlen) {
         snprintf(err, errlen, "takes tokens [T, D]");
         return -1;
     }
-    const attn_dims a = {in->d[0], in->d[1], heads, in->d[1] / heads};
-    if (a.d % heads != 0) {
-        snprintf(err, errlen, "heads %lld does not divide the embedding D %lld", (long long)heads, (long long)a.d);
+    if (in->d[1] % heads != 0) {
+        snprintf(err, errlen, "heads %lld does not divide the embedding D %lld", (long long)heads, (long long)in->d[1]);
         return -1;
     }
+    if (attention_tp_check(l, heads, err, errlen) != 0) return -1;
+    const attn_dims a = attn_dims_of(l);
+    const int heads_split = l->tp_role == GL_TP_HEADS;
     const double rate = l->cfg->v[K_DROPOUT].f;
     if (rate >= 1.0) {
         snprintf(err, errlen, "dropout %g would drop every attention probability; use a rate below 1", rate);
@@ -69,21 +101,24 @@ static int attention_infer(layer_t *l, char *err, size_t errlen) {
     l->out.shape = *in;  // tokens, with the patch grid carried along
     l->nparams = 0;
     const int fi = (int)a.d;
-    l->params[l->nparams++] = (gl_param){.name = "in_proj_weight", .shape = {2, {3 * a.d, a.d}}, .size = 3 * a.d * a.d,
-                                         .fan_in = fi, .fan_out = 3 * fi};
+    const int rows_split = heads_split ? GL_SPLIT_ROWS : GL_SPLIT_NONE;
+    l->params[l->nparams++] = (gl_param){.name = "in_proj_weight", .shape = {2, {3 * a.w, a.d}}, .size = 3 * a.w * a.d,
+                                         .fan_in = fi, .fan_out = 3 * fi, .split = rows_split, .segments = 3};
     if (l->cfg->v[K_QKV_BIAS].b)
-        l->params[l->nparams++] = (gl_param){.name = "in_proj_bias", .shape = {1, {3 * a.d}}, .size = 3 * a.d,
-                                             .fan_in = fi, .fan_out = 3 * fi};
-    l->params[l->nparams++] = (gl_param){.name = "out_proj.weight", .shape = {2, {a.d, a.d}}, .size = a.d * a.d,
-                                         .fan_in = fi, .fan_out = fi};
+        l->params[l->nparams++] = (gl_param){.name = "in_proj_bias", .shape = {1, {3 * a.w}}, .size = 3 * a.w,
+                                             .fan_in = fi, .fan_out = 3 * fi, .split = rows_split, .segments = 3};
+    l->params[l->nparams++] = (gl_param){.name = "out_proj.weight", .shape = {2, {a.d, a.w}}, .size = a.d * a.w,
+                                         .fan_in = fi, .fan_out = fi,
+                                         .split = heads_split ? GL_SPLIT_COLS : GL_SPLIT_NONE, .segments = 1};
     l->params[l->nparams++] = (gl_param){.name = "out_proj.bias", .shape = {1, {a.d}}, .size = a.d, .fan_in = fi,
-                                         .fan_out = fi};
-    // projections (3D + D outputs of D inputs per token), then q k^T and p v per head (causal too:
-    // the masked half is counted too)
-    l->flops = 2 * a.t * a.d * 4 * a.d + 2 * 2 * a.t * a.t * a.e * a.h;
+                                         .fan_out = fi, .segments = 1};
+    // projections (3W + D outputs of D and W inputs per token), then q k^T and p v per head
+    // (causal too: the masked half is counted too)
+    l->flops = 2 * a.t * a.d * 4 * a.w + 2 * 2 * a.t * a.t * a.e * a.h;
     const int64_t rows = l->batch * a.t;
-    l->scratch_floats = rows * 4 * a.d + l->batch * a.h * a.t;  // qkv, o, lse
-    l->work_floats = rows * 4 * a.d + l->batch * a.h * a.t;     // dqkv, do, the kernel's row sums
+    l->scratch_floats = rows * 4 * a.w + l->batch * a.h * a.t;  // qkv, o, lse
+    // dqkv, do, the kernel's row sums; then the split products' own (tensor parallelism)
+    l->work_floats = rows * 4 * a.w + l->batch * a.h * a.t + attention_tp_work(l, &a);
     return 0;
 }
 
@@ -113,7 +148,12 @@ static void attention_init(layer_t *l, float *params, uint64_t seed) {
 // Scratch and work, carved: qkv [N T, 3D], o [N T, D], lse [N, H, T] (and their gradients).
 static void attn_buffers(const layer_t *l, const attn_dims *a, float *base, float **qkv, float **o, float **lse) {
     const int64_t rows = l->batch * a->t;
-    *qkv = base, *o = base + rows * 3 * a->d, *lse = base + rows * 4 * a->d;
+    *qkv = base, *o = base + rows * 3 * a->w, *lse = base + rows * 4 * a->w;
+}
+
+// Past backward's temporaries in the work buffer: the split products' own.
+static float *attn_tp_work(const layer_t *l, const attn_dims *a) {
+    return l->work + l->batch * a->t * 4 * a->w + l->batch * a->h * a->t;
 }
 
 static uint64_t attn_base(const layer_t *l, const attn_dims *a) {
@@ -125,12 +165,18 @@ static void attention_forward(layer_t *l, const gl_backend *be, int64_t n, bool 
     float *qkv, *o, *lse;
     attn_buffers(l, &a, l->scratch, &qkv, &o, &lse);
     const float rate = train ? (float)l->cfg->v[K_DROPOUT].f : 0.0f;
-    be->dense_forward(n * a.t, a.d, 3 * a.d, l->in[0]->data, attn_param(l, l->w, "in_proj_weight"),
-                      attn_param(l, l->w, "in_proj_bias"), qkv);
+    const float *win = attn_param(l, l->w, "in_proj_weight"), *bin = attn_param(l, l->w, "in_proj_bias");
+    const float *wout = attn_param(l, l->w, "out_proj.weight"), *bout = attn_param(l, l->w, "out_proj.bias");
+    if (l->tp_role == GL_TP_HEADS)
+        tp_column_forward(l->tp, be, n * a.t, a.d, a.w, 3, l->in[0]->data, win, bin, qkv, attn_tp_work(l, &a));
+    else
+        be->dense_forward(n * a.t, a.d, 3 * a.d, l->in[0]->data, win, bin, qkv);
     be->attention_forward(n, a.t, a.h, a.e, 1.0f / sqrtf((float)a.e), l->cfg->v[K_CAUSAL].b, rate, l->seed,
                           (uint64_t)l->step, attn_base(l, &a), qkv, o, lse);
-    be->dense_forward(n * a.t, a.d, a.d, o, attn_param(l, l->w, "out_proj.weight"), attn_param(l, l->w, "out_proj.bias"),
-                      l->out.data);
+    if (l->tp_role == GL_TP_HEADS)
+        tp_row_forward(l->tp, be, n * a.t, a.w, a.d, o, wout, bout, l->out.data, attn_tp_work(l, &a));
+    else
+        be->dense_forward(n * a.t, a.d, a.d, o, wout, bout, l->out.data);
 }
 
 // Backward replays forward's draws: the graph keeps l->seed, step and row0 of the forward it follows.
@@ -140,13 +186,21 @@ static void attention_backward(layer_t *l, const gl_backend *be, int64_t n) {
     attn_buffers(l, &a, l->scratch, &qkv, &o, &lse);
     attn_buffers(l, &a, l->work, &dqkv, &dout, &dsum);
     const float rate = (float)l->cfg->v[K_DROPOUT].f;  // backward follows a training forward
-    be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.d));  // dense_backward adds into dx
-    be->dense_backward(n * a.t, a.d, a.d, o, attn_param(l, l->w, "out_proj.weight"), l->out.grad,
-                       attn_param(l, l->dw, "out_proj.weight"), attn_param(l, l->dw, "out_proj.bias"), dout);
+    const float *win = attn_param(l, l->w, "in_proj_weight"), *wout = attn_param(l, l->w, "out_proj.weight");
+    float *dwin = attn_param(l, l->dw, "in_proj_weight"), *dbin = attn_param(l, l->dw, "in_proj_bias");
+    float *dwout = attn_param(l, l->dw, "out_proj.weight"), *dbout = attn_param(l, l->dw, "out_proj.bias");
+    be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.w));  // dense_backward adds into dx
+    if (l->tp_role == GL_TP_HEADS)
+        tp_row_backward(l->tp, be, n * a.t, a.w, a.d, o, wout, l->out.grad, dwout, dbout, dout, attn_tp_work(l, &a));
+    else
+        be->dense_backward(n * a.t, a.d, a.d, o, wout, l->out.grad, dwout, dbout, dout);
     be->attention_backward(n, a.t, a.h, a.e, 1.0f / sqrtf((float)a.e), l->cfg->v[K_CAUSAL].b, rate, l->seed,
                            (uint64_t)l->step, attn_base(l, &a), qkv, o, lse, dout, dqkv, dsum);
-    be->dense_backward(n * a.t, a.d, 3 * a.d, l->in[0]->data, attn_param(l, l->w, "in_proj_weight"), dqkv,
-                       attn_param(l, l->dw, "in_proj_weight"), attn_param(l, l->dw, "in_proj_bias"), l->in[0]->grad);
+    if (l->tp_role == GL_TP_HEADS)
+        tp_column_backward(l->tp, be, n * a.t, a.d, a.w, 3, l->in[0]->data, win, dqkv, dwin, dbin, l->in[0]->grad,
+                           attn_tp_work(l, &a));
+    else
+        be->dense_backward(n * a.t, a.d, 3 * a.d, l->in[0]->data, win, dqkv, dwin, dbin, l->in[0]->grad);
 }
 
 const layer_kind layer_attention = {

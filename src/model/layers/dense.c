@@ -2,9 +2,13 @@
 // weight [U,K] (PyTorch's nn.Linear layout, so weights load directly) and bias [U]. On tokens
 // [T, D] it acts per token, as nn.Linear on a [B, T, D] tensor: [T, D] -> [T, U] with weight
 // [U, D], one product over N*T rows; the patch grid is kept (flatten first to mix tokens).
+// Under tensor parallelism (tp.h) the first dense of an MLP pair is column-parallel (this rank's
+// units, rows of weight and bias) and the second row-parallel (this rank's input units, columns
+// of weight; the bias replicated), as graph_build marks them.
 #include <stdio.h>
 
 #include "galley/layer.h"
+#include "model/tp_ops.h"
 
 enum { K_UNITS, K_BIAS, K_INIT };
 static const key_spec keys[] = {
@@ -19,8 +23,29 @@ static const key_spec keys[] = {
 // Rows per sample the product runs over: T on tokens, else 1 (the flattened sample).
 static int64_t dense_rows(const layer_t *l) { return l->in[0]->shape.tokens ? l->in[0]->shape.d[0] : 1; }
 
+// The split of a column- or row-parallel dense: units (column) or input units (row) over the
+// group and its canonical parts. 0, or -1 with the message.
+static int dense_tp_check(const layer_t *l, int64_t k, int64_t u, char *err, size_t errlen) {
+    const gl_tp *tp = l->tp;
+    if (l->tp_role == GL_TP_COLUMN && (u % tp->size || (tp->groups && u % tp->groups))) {
+        snprintf(err, errlen, "units %lld does not divide over distributed.tensor_parallel %d%s (the MLP's first "
+                 "dense is split column-parallel by units)", (long long)u, tp->size,
+                 tp->groups ? " and its distributed.tensor_parts" : "");
+        return -1;
+    }
+    if (l->tp_role == GL_TP_ROW && tp->groups && k % (tp->groups / tp->size)) {
+        snprintf(err, errlen, "its %lld input units per tensor rank do not divide into distributed.tensor_parts "
+                 "%d", (long long)k, tp->groups);
+        return -1;
+    }
+    return 0;
+}
+
 static int dense_infer(layer_t *l, char *err, size_t errlen) {
     int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->cfg->v[K_UNITS].i;
+    if (dense_tp_check(l, k, u, err, errlen) != 0) return -1;
+    const bool col = l->tp_role == GL_TP_COLUMN, row = l->tp_role == GL_TP_ROW;
+    if (col) u /= l->tp->size;  // this rank's units
     if ((double)k * (double)u > 4e9) {
         snprintf(err, errlen, "weight [%lld, %lld] has more than 4e9 elements", (long long)u, (long long)k);
         return -1;
@@ -33,11 +58,16 @@ static int dense_infer(layer_t *l, char *err, size_t errlen) {
     }
     l->nparams = 0;
     l->params[l->nparams++] = (gl_param){.name = "weight", .shape = {2, {u, k}}, .size = u * k,
-                                         .fan_in = (int)k, .fan_out = (int)u};
+                                         .fan_in = (int)k, .fan_out = (int)u,
+                                         .split = col ? GL_SPLIT_ROWS : row ? GL_SPLIT_COLS : GL_SPLIT_NONE,
+                                         .segments = 1};
     if (l->cfg->v[K_BIAS].b)
         l->params[l->nparams++] = (gl_param){.name = "bias", .shape = {1, {u}}, .size = u, .fan_in = (int)k,
-                                             .fan_out = (int)u};
+                                             .fan_out = (int)u, .split = col ? GL_SPLIT_ROWS : GL_SPLIT_NONE,
+                                             .segments = 1};
     l->flops = 2 * t * k * u;
+    if (col) l->work_floats = tp_column_work(l->tp, l->batch * t, k, u, 1);
+    if (row) l->work_floats = tp_row_work(l->tp, l->batch * t, k, u);
     return 0;
 }
 
@@ -50,13 +80,21 @@ static void dense_init(layer_t *l, float *params, uint64_t seed) {
 static void dense_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
     int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->out.size / t;
-    be->dense_forward(n * t, k, u, l->in[0]->data, l->w, l->nparams > 1 ? l->w + u * k : NULL, l->out.data);
+    const float *b = l->nparams > 1 ? l->w + u * k : NULL;
+    if (l->tp_role == GL_TP_COLUMN) tp_column_forward(l->tp, be, n * t, k, u, 1, l->in[0]->data, l->w, b, l->out.data, l->work);
+    else if (l->tp_role == GL_TP_ROW) tp_row_forward(l->tp, be, n * t, k, u, l->in[0]->data, l->w, b, l->out.data, l->work);
+    else be->dense_forward(n * t, k, u, l->in[0]->data, l->w, b, l->out.data);
 }
 
 static void dense_backward(layer_t *l, const gl_backend *be, int64_t n) {
     int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->out.size / t;
-    be->dense_backward(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, l->nparams > 1 ? l->dw + u * k : NULL,
-                       l->in[0]->grad);
+    float *db = l->nparams > 1 ? l->dw + u * k : NULL;
+    if (l->tp_role == GL_TP_COLUMN)
+        tp_column_backward(l->tp, be, n * t, k, u, 1, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad,
+                           l->work);
+    else if (l->tp_role == GL_TP_ROW)
+        tp_row_backward(l->tp, be, n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work);
+    else be->dense_backward(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad);
 }
 
 const layer_kind layer_dense = {
