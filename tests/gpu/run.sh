@@ -13,12 +13,13 @@
 #      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
 #      tf32 trainings whose loss must go down) and e2e/test_dist_nccl (the gradient allreduce
 #      through NCCL on one GPU, GALLEY_NCCL=force; mpirun -np 2: NCCL, or with one GPU the MPI
-#      fallback and its one line; losses against one process);
+#      fallback and its one line; losses against one process) and e2e/test_dist_tensor_gpu
+#      (tensor_parallel 2 on one GPU: bitwise tp=1 in deterministic mode, 1e-4 otherwise);
 #   4. the benchmark: tests/bench/gpu/run.sh (galley, in bf16 by default, against PyTorch where
 #      PyTorch is installed).
 # Each part has its own time limit and none runs past 470 s after the start, so the whole run
 # stays under 8 minutes: the build at most 240 s (configure and compile together), test_cuda_ops
-# 120 s, its tuned run 60 s, test_cuda_train 300 s, test_dist_nccl 60 s (each cut to the time left; test_cuda_ops
+# 120 s, its tuned run 60 s, test_cuda_train 300 s, test_dist_nccl 60 s, test_dist_tensor_gpu 60 s (each cut to the time left; test_cuda_ops
 # keeps 120 s of it for test_cuda_train, which keeps 30 s for test_dist_nccl), the benchmark what is left after the tests (BENCH_SECONDS; its own default
 # BENCH_BUDGET of 240 s at most; skipped with 60 s or less). Everything is logged to
 # OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
@@ -107,6 +108,14 @@ GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLO
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_nccl.sh"
 rc=$?
 say "test_dist_nccl: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+[[ $rc == 0 ]] || status=1
+
+say "3d. e2e/test_dist_tensor_gpu"
+lim=$(limit 60)
+GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_tensor_gpu.sh"
+rc=$?
+say "test_dist_tensor_gpu: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
 [[ $rc == 0 ]] || status=1
 
 say "4. benchmark"
