@@ -48,6 +48,8 @@ typedef struct {
     char before[HANG_WHAT];  // #j described
 } hang_record;
 
+// HANG_REPORTING: its queries are out. A rank told of a hang (a record) that is also queried
+// (a rank woken after others began, say by the SIGCONT of a launcher's kill) stands by.
 enum { HANG_IDLE, HANG_ACCUSING, HANG_REPORTING, HANG_STANDING_BY };
 
 struct gl_hang {
@@ -66,6 +68,7 @@ struct gl_hang {
     char *hosts;  // [world * HANG_HOST], gathered at set-up
     void *comm;   // MPI_Comm of its own (a duplicate): reports never mix with collectives
     int role;     // HANG_*
+    bool told;    // a record arrived: this rank is to report (unless it is queried first)
     int lead;     // the lowest rank that asked for this rank's record (standing by); -1: none
     double last_poll;
     bool mine_set;

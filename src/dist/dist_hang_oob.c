@@ -50,8 +50,8 @@ static void keep_record(gl_dist *d, int from, const hang_record *rec) {
     h->got[from] = true;
 }
 
-// A query from `from`: this rank's record goes to it, and this rank stands by (unless it reports
-// itself and `from` is above it: that one steps down when it sees this rank's query).
+// A query from `from`: this rank's record goes to it, and this rank stands by (unless its own
+// queries are out and `from` is above it: that one steps down when it sees this rank's query).
 static void on_query(gl_dist *d, int from, int64_t k, double t0) {
     struct gl_hang *h = d->hang;
     if (h->role == HANG_REPORTING && from > d->rank) return;
@@ -75,7 +75,7 @@ static void take_messages(gl_dist *d, int64_t k, double t0) {
             hang_record rec;
             MPI_Mrecv(&rec, (int)sizeof rec, MPI_BYTE, &m, MPI_STATUS_IGNORE);
             keep_record(d, st.MPI_SOURCE, &rec);
-            if (h->role == HANG_IDLE || h->role == HANG_ACCUSING) h->role = HANG_REPORTING;
+            h->told = true;
         } else {
             int32_t who;
             MPI_Mrecv(&who, 1, MPI_INT32_T, &m, MPI_STATUS_IGNORE);
@@ -103,7 +103,7 @@ static _Noreturn void stand_by(gl_dist *d, int64_t k, double t0) {
 // After take_messages: a rank asked for its record stands by, one told of a hang reports it.
 static void follow_role(gl_dist *d, int64_t k, double t0) {
     if (d->hang->role == HANG_STANDING_BY) stand_by(d, k, t0);
-    if (d->hang->role == HANG_REPORTING) report(d, k, t0);
+    if (d->hang->told) report(d, k, t0);
 }
 
 void dist_hang_poll(gl_dist *d, int64_t k, double t0) {
@@ -143,7 +143,6 @@ _Noreturn void dist_hang(gl_dist *d, int64_t k, double t0) {
         for (int r = lo; r < hi; r++) send_record(d, r);
         await_role(d, k, t0, g);
     }
-    h->role = HANG_REPORTING;
     report(d, k, t0);
 }
 
