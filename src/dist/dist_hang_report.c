@@ -168,9 +168,8 @@ void hang_report(const hang_facts *f, FILE *out, hang_verdict *v) {
     v->save = can_save(f, nsilent, j, v);
     v->steps = f->rec[f->reporter].done;
     if (v->save)
-        fprintf(out, "galley: hang: rank %d had finished %lld steps, and every rank took part in all of them: it "
-                     "writes the checkpoint of step %lld first\n", f->reporter, (long long)v->steps,
-                (long long)v->steps);
+        fprintf(out, "galley: hang: rank %d had finished %lld steps, and every rank took part in all of them\n",
+                f->reporter, (long long)v->steps);
     else
         fprintf(out, "galley: hang: no checkpoint: %s; ending the job (exit code %d)\n", v->why, GL_EXIT_RUNTIME);
     free(silent);
