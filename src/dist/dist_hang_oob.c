@@ -146,8 +146,9 @@ _Noreturn void dist_hang(gl_dist *d, int64_t k, double t0) {
     report(d, k, t0);
 }
 
-// The reporter: every rank not heard from is queried; the answers are awaited for the grace;
-// then the report, the checkpoint when it can be written, and the end of the job.
+// The reporter: every other rank is queried (an accuser too: the query is what tells it to stand
+// by); the answers are awaited for the grace; then the report, the checkpoint when it can be
+// written, and the end of the job.
 static _Noreturn void report(gl_dist *d, int64_t k, double t0) {
     struct gl_hang *h = d->hang;
     h->role = HANG_REPORTING;
@@ -155,7 +156,7 @@ static _Noreturn void report(gl_dist *d, int64_t k, double t0) {
     keep_record(d, d->rank, &h->mine);
     h->me = d->rank;
     for (int r = 0; r < d->world; r++) {
-        if (h->got[r]) continue;
+        if (r == d->rank) continue;
         MPI_Request q;
         MPI_Isend(&h->me, 1, MPI_INT32_T, r, TAG_QUERY, HCOMM(h), &q);
         MPI_Request_free(&q);

@@ -66,8 +66,12 @@ hang_run() {
     awk -v s="$END_S" 'BEGIN { exit !(s < 13) }' || fail "$tag: the job ended $END_S s after the stop (timeout 3 s + 10)"
 }
 
-# assert_named ERR RANK NP: the report names the rank, this host and collective #k with what it was.
+# assert_named ERR RANK NP: the report (once) names the rank, this host and collective #k with
+# what it was.
 assert_named() {
+    local n
+    n=$(grep -c "^galley: error: hang: collective #" <<<"$1" || true)
+    [[ $n == 1 ]] || fail "the report was printed $n times (once): $1"
     grep -qE "^galley: error: hang: collective #[0-9]+ \(the .+\) made no progress for 3 s \(distributed.timeout\)$" \
         <<<"$1" || fail "no report of the stuck collective: $1"
     grep -qE "^galley: error: hang: rank $2 of $3 \(host $host\) (never entered|stopped inside) #[0-9]+ \(the .+ at step [0-9]+\), which .+ \(it did not answer\)" \
@@ -100,8 +104,6 @@ assert_named "$ERR" 0 3
 grep -qE "^galley: hang: rank 1 had finished [0-9]+ steps, and every rank took part in all of them" <<<"$ERR" ||
     fail "rank 1 does not take over: $ERR"
 grep -qE "^checkpoint: hang0/quickstart-step[0-9]+\.h5 " <<<"$ERR" || fail "no checkpoint by rank 1: $ERR"
-n=$(grep -c "^galley: error: hang: collective #" <<<"$ERR" || true)
-[[ $n == 1 ]] || fail "the report was printed $n times (once): $ERR"
 info "rank 0 stopped: report after $REPORT_S s, job ended after $END_S s with exit 4"
 
 info "np=2, rank 0 stopped, batch norm: rank 1 reports it, no checkpoint, exit 1"
