@@ -74,7 +74,7 @@ static const hang_record *furthest(const hang_facts *f) {
 
 // The ranks that never answered, and what is known of them from the others (dist_hang.h). A
 // rank stopped inside a non-blocking collective (a gradient bucket) may have entered #k, and
-// another rank completed it: then it is said to be stuck inside it.
+// another rank completed it: then it is said to be stuck in it.
 static void print_silent(const hang_facts *f, const bool *silent, int nsilent, const hang_record *k,
                          const hang_record *j, FILE *out) {
     char who[256], where[320], steps[64];
@@ -90,13 +90,9 @@ static void print_silent(const hang_facts *f, const bool *silent, int nsilent, c
     char waiter[48], completer[48];
     snprintf(waiter, sizeof waiter, all_k ? "the others wait" : "rank %d waits", k->rank);
     snprintf(completer, sizeof completer, all_j ? "every other rank" : "rank %d", j->rank);
-    if (inside)
-        fprintf(out, "galley: error: hang: %s (%s) stopped inside #%lld (%s), which %s for, or %s busy outside MPI "
-                     "(%s did not answer)", who, where, (long long)k->waiting, k->what, waiter,
-                nsilent == 1 ? "is" : "are", it);
-    else
-        fprintf(out, "galley: error: hang: %s (%s) never entered #%lld (%s), which %s for: stopped, or busy outside "
-                     "MPI (%s did not answer)", who, where, (long long)k->waiting, k->what, waiter, it);
+    fprintf(out, "galley: error: hang: %s (%s) %s #%lld (%s), which %s for: stopped, busy outside MPI or cut off "
+                 "(%s did not answer)", who, where, inside ? (nsilent == 1 ? "is stuck in" : "are stuck in") :
+                 "never entered", (long long)k->waiting, k->what, waiter, it);
     if (j->all_before > 0) {
         steps_words(j->all_done, inside || j->all_done != k->done, steps, sizeof steps);
         if (j->all_before == k->waiting)

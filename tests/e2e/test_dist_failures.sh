@@ -71,7 +71,7 @@ kill -9 "$victim" 2>/dev/null || true
 awk -v s="$secs" 'BEGIN { exit !(s < 60) }' || fail "hung rank: the job took $secs s to end"
 grep -qE "^galley: error: hang: collective #[0-9]+ \(the .* at step [0-9]+\) made no progress for 3 s \(distributed.timeout\)" \
     hung.err || fail "hung rank: no timeout message: $(cat hung.err)"
-grep -qE "^galley: error: hang: rank [01] of 2 \(host .+\) (never entered|stopped inside) #[0-9]+ " hung.err ||
+grep -qE "^galley: error: hang: rank [01] of 2 \(host .+\) (never entered|is stuck in) #[0-9]+ " hung.err ||
     fail "hung rank: the message does not name the rank and collective (test_dist_hang.sh tests the rest)"
 info "hung rank: job ended with exit $rc after $secs s"
 

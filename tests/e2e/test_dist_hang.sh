@@ -2,8 +2,8 @@
 # test_dist_hang.sh: hang localisation (dist.h) under mpirun. One rank is stopped (SIGSTOP, its
 # pid found by the OMPI_COMM_WORLD_RANK in its environment) while the job trains, with
 # distributed.timeout 3 s:
-#   - np=3, rank 2 stopped: rank 0 reports that rank 2 on this host never entered (or stopped
-#     inside) collective #k, what #k was and the steps each rank had finished; it writes a
+#   - np=3, rank 2 stopped: rank 0 reports that rank 2 on this host never entered (or is stuck
+#     in) collective #k, what #k was and the steps each rank had finished; it writes a
 #     checkpoint and the job exits 4, within timeout + 10 s; --resume auto continues from it;
 #   - np=3, rank 0 stopped: rank 1, the lowest rank that answers, reports and checkpoints (exit 4);
 #   - np=2, rank 0 stopped with batch norm in the model: rank 1 reports, but the running
@@ -74,7 +74,7 @@ assert_named() {
     [[ $n == 1 ]] || fail "the report was printed $n times (once): $1"
     grep -qE "^galley: error: hang: collective #[0-9]+ \(the .+\) made no progress for 3 s \(distributed.timeout\)$" \
         <<<"$1" || fail "no report of the stuck collective: $1"
-    grep -qE "^galley: error: hang: rank $2 of $3 \(host $host\) (never entered|stopped inside) #[0-9]+ \(the .+ at step [0-9]+\), which .+ \(it did not answer\)" \
+    grep -qE "^galley: error: hang: rank $2 of $3 \(host $host\) (never entered|is stuck in) #[0-9]+ \(the .+ at step [0-9]+\), which .+ for: stopped, busy outside MPI or cut off \(it did not answer\)" \
         <<<"$1" || fail "the report does not name rank $2 on $host and the collective: $1"
     grep -qE "^galley: hang: ranks? .* of $3 \(host $host\) waits? in #[0-9]+ \(.+\) for [0-9.]+ s and had finished [0-9]+ steps$" \
         <<<"$1" || fail "the report does not give the waiting ranks' steps: $1"

@@ -4,8 +4,8 @@
 //     entered: named with its host, "never entered #k" with what #k was, what it had entered
 //     and the steps it had finished; the ranks that wait, grouped, with theirs; a checkpoint
 //     of the reporter's steps;
-//   - a rank stopped inside a non-blocking collective another rank completed: "stopped
-//     inside #k", "at least" its steps; the reporter still checkpoints the steps it finished;
+//   - a rank stopped inside a non-blocking collective another rank completed: "is stuck in
+//     #k", "at least" its steps; the reporter still checkpoints the steps it finished;
 //   - no checkpoint (exit 1) when every rank answered, before training, when no loop is armed,
 //     or when the silent rank is not known to have taken part in the reporter's last step;
 //   - rank ranges and hosts: "ranks 0-1, 3 of 8", more than four hosts cut short;
@@ -66,7 +66,8 @@ static void test_never_entered(void **state) {
     has(&s, "galley: error: hang: collective #4711 (the gradient allreduce (bucket 3 of 5) at step 1207) made no "
             "progress for 3 s (distributed.timeout)\n");
     has(&s, "galley: error: hang: rank 2 of 3 (host nid002) never entered #4711 (the gradient allreduce (bucket 3 "
-            "of 5) at step 1207), which the others wait for: stopped, or busy outside MPI (it did not answer); it "
+            "of 5) at step 1207), which the others wait for: stopped, busy outside MPI or cut off (it did not answer); "
+            "it "
             "entered #4710 (the step's loss and metrics reduction at step 1207), which every other rank completed, "
             "so it had finished 1207 steps\n");
     has(&s, "galley: hang: ranks 0-1 of 3 (host nid001) wait in #4711 (the gradient allreduce (bucket 3 of 5) at "
@@ -85,9 +86,9 @@ static void test_stopped_inside(void **state) {
     waits(&s, 2, 101, 51, "the step's loss and metrics reduction at step 51");  // completed #100 (#1 stopped in it)
     s.rec[2].all_done = 50;
     run(&s, 3, 0, true);
-    has(&s, "rank 1 of 3 (host b) stopped inside #100 (the gradient allreduce (bucket 1 of 1) at step 50), which "
-            "rank 0 waits for, or is busy outside MPI (it did not answer); rank 2 completed it, so it had finished "
-            "at least 50 steps\n");
+    has(&s, "rank 1 of 3 (host b) is stuck in #100 (the gradient allreduce (bucket 1 of 1) at step 50), which "
+            "rank 0 waits for: stopped, busy outside MPI or cut off (it did not answer); rank 2 completed it, so it "
+            "had finished at least 50 steps\n");
     has(&s, "galley: hang: rank 0 of 3 (host a) waits in #100");
     has(&s, "galley: hang: rank 2 of 3 (host c) waits in #101 (the step's loss and metrics reduction at step 51) for "
             "3.2 s and had finished 51 steps\n");
