@@ -84,14 +84,15 @@ int dist_agree(gl_dist *d, int code, const char *what, FILE *err);
 // progress for the timeout, the ranks that wait send what they know, point to point on a
 // communicator of their own and bounded (a stopped rank cannot block it), to rank 0, or to the
 // lowest rank that answers when rank 0 does not. That rank asks every other rank, waits
-// hang_grace seconds (1 to 5), and prints the report: the ranks that never entered #k and what
-// it was, the steps each rank had finished, their hosts. A rank that does not answer is known to
-// have entered the last collective before #k that needs every rank's part, because the others
-// completed it. When every rank that answered had finished the same steps (so the stuck ones had
-// contributed to all of them), the reporting rank writes a checkpoint first (the save armed by
-// dist_on_hang; no collective) and the job ends with GL_EXIT_STOPPED, so a requeue continues;
-// otherwise with GL_EXIT_RUNTIME. The ranks standing by end the job themselves (exit 1) if the
-// reporter has not within the grace and the timeout again.
+// hang_grace seconds (timeout / 10, 1 to 5), and prints the report: the ranks that never
+// entered #k (or are stuck in it) and what it was, the steps each rank had finished, their
+// hosts. A rank that does not answer is known to have entered the last collective before #k
+// that needs every rank's part, because another rank completed it. The reporter's having
+// finished its steps shows every rank took part in them, so it writes their checkpoint first
+// (the save armed by dist_on_hang, which may decline; no collective) and the job ends with
+// GL_EXIT_STOPPED, so a requeue continues; otherwise (no rank silent, before training, nothing
+// armed) with GL_EXIT_RUNTIME. The ranks standing by end the job themselves (exit 1) if the
+// reporter has not within twice the grace and the timeout.
 
 // The training loop's progress: steps finished; in_step while a step's forward and backward run.
 void dist_progress(gl_dist *d, int64_t steps, bool in_step);
