@@ -24,11 +24,6 @@ static const char *launcher_of(void) {
     return NULL;
 }
 
-static int env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
-}
-
 void dist_set_timeout(gl_dist *d, double timeout) { d->timeout = timeout > 0 ? timeout : 300; }
 
 int dist_agree(gl_dist *d, int code, const char *what, FILE *err) {
@@ -45,6 +40,11 @@ int dist_agree(gl_dist *d, int code, const char *what, FILE *err) {
 #include <mpi.h>
 
 #define COMM(d) (*(MPI_Comm *)(d)->comm)
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
 
 int dist_init(gl_dist *d, double timeout, FILE *err) {
     memset(d, 0, sizeof *d);
