@@ -6,8 +6,8 @@
 //   dist_finalize(&d);                                           or dist_abort(&d, code)
 //
 // Every wait is bounded: a collective that makes no progress for `timeout` seconds (a rank died
-// or hangs) prints which collective at which step and ends the whole job (MPI_Abort), so a job
-// never hangs silently. Only the main thread calls MPI (MPI_THREAD_FUNNELED).
+// or hangs) ends the whole job (MPI_Abort), so a job never hangs silently, and says which rank
+// never entered it (hang localisation, below). Only the main thread calls MPI (MPI_THREAD_FUNNELED).
 //
 // Gradients (gl_gradsync): the parameter gradient block is cut into buckets of about
 // distributed.bucket_mb, from the last layer backwards (the order backward fills them). A
@@ -41,6 +41,7 @@ typedef struct {
     double timeout;               // seconds a collective may wait (distributed.timeout)
     const char *launcher;         // "mpirun", "srun", "mpi" or "none"
     void *comm;                   // MPI_Comm (opaque here; dist.c owns it)
+    struct gl_hang *hang;         // hang localisation (dist_hang*.c); NULL on one process
 } gl_dist;
 
 // Detects a launcher (Open MPI, PMIx, PMI2, Slurm) and initialises MPI if one started this
@@ -74,6 +75,33 @@ void dist_barrier(gl_dist *d, const char *what, int64_t step);
 // together rather than wait for a rank that has left. Rank 0, when fine itself, names the
 // lowest failing rank and `what` it was doing ("opening the data").
 int dist_agree(gl_dist *d, int code, const char *what, FILE *err);
+
+// ---- hang localisation (dist_hang*.c) ------------------------------------------------------------
+//
+// Every collective above and every gradient bucket (MPI or NCCL) is numbered on each rank as it
+// enters it, with what it is and the step ("collective #4711: the gradient allreduce (bucket 3
+// of 5) at step 1207"); host names are gathered at dist_init. When a wait for #k makes no
+// progress for the timeout, the ranks that wait send what they know, point to point on a
+// communicator of their own and bounded (a stopped rank cannot block it), to rank 0, or to the
+// lowest rank that answers when rank 0 does not. That rank asks every other rank, waits
+// hang_grace seconds (timeout / 10, 1 to 5), and prints the report: the ranks that never
+// entered #k (or are stuck in it) and what it was, the steps each rank had finished, their
+// hosts. A rank that does not answer is known to have entered the last collective before #k
+// that needs every rank's part, because another rank completed it. The reporter's having
+// finished its steps shows every rank took part in them, so it writes their checkpoint first
+// (the save armed by dist_on_hang, which may decline; no collective) and the job ends with
+// GL_EXIT_STOPPED, so a requeue continues; otherwise (no rank silent, before training, nothing
+// armed) with GL_EXIT_RUNTIME. The ranks standing by end the job themselves (exit 1) if the
+// reporter has not within twice the grace and the timeout.
+
+// The training loop's progress: steps finished; in_step while a step's forward and backward run.
+void dist_progress(gl_dist *d, int64_t steps, bool in_step);
+// Writes the checkpoint of `steps` on the reporting rank, with no collective (the other ranks
+// are stuck or standing by). 0: written (and said); else why not, in why.
+typedef int (*dist_hang_save)(void *ctx, int64_t steps, bool in_step, char *why, size_t len);
+// Arms the checkpoint on a hang (save NULL: disarms it); the report is printed on err (stderr
+// until set).
+void dist_on_hang(gl_dist *d, dist_hang_save save, void *ctx, FILE *err);
 
 // ---- gradient allreduce in buckets, overlapped with backward ------------------------------------
 

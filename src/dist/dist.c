@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dist/dist_hang.h"
 #include "dist/dist_internal.h"
 #include "galley/check.h"
 
@@ -21,11 +22,6 @@ static const char *launcher_of(void) {
     if (getenv("PMIX_RANK") || getenv("PMI_RANK") || getenv("PMI_SIZE"))
         return getenv("SLURM_STEP_ID") ? "srun" : "mpi";
     return NULL;
-}
-
-static int env_int(const char *name, int def) {
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : def;
 }
 
 void dist_set_timeout(gl_dist *d, double timeout) { d->timeout = timeout > 0 ? timeout : 300; }
@@ -44,6 +40,11 @@ int dist_agree(gl_dist *d, int code, const char *what, FILE *err) {
 #include <mpi.h>
 
 #define COMM(d) (*(MPI_Comm *)(d)->comm)
+
+static int env_int(const char *name, int def) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : def;
+}
 
 int dist_init(gl_dist *d, double timeout, FILE *err) {
     memset(d, 0, sizeof *d);
@@ -78,11 +79,13 @@ int dist_init(gl_dist *d, double timeout, FILE *err) {
     MPI_Comm_rank(node, &d->local_rank);
     MPI_Comm_size(node, &d->local_world);
     MPI_Comm_free(&node);
+    dist_hang_open(d);  // its host names: collective #1
     return 0;
 }
 
 void dist_finalize(gl_dist *d) {
     if (!d->mpi) return;
+    dist_hang_close(d);
     MPI_Comm_free((MPI_Comm *)d->comm);
     free(d->comm);
     d->comm = NULL;
@@ -98,24 +101,27 @@ void dist_split(gl_dist *d, int color, int key, gl_dist *sub) {
     MPI_Comm_split(COMM(d), color, key, (MPI_Comm *)sub->comm);
     MPI_Comm_rank(COMM(sub), &sub->rank);
     MPI_Comm_size(COMM(sub), &sub->world);
+    sub->hang = NULL;
+    dist_hang_open(sub);  // numbered on its own, as a run of its own
 }
 
 void dist_split_free(gl_dist *sub) {
     if (!sub->mpi || !sub->comm) return;
+    dist_hang_close(sub);
     MPI_Comm_free((MPI_Comm *)sub->comm);
     free(sub->comm);
     sub->comm = NULL;
 }
 
 _Noreturn void dist_abort(gl_dist *d, int code) {
-    fflush(stdout);
-    fflush(stderr);
+    fflush(NULL);  // the run log's streams too
     if (d && d->mpi) MPI_Abort(COMM(d), code);
     exit(code);
 }
 
-// Waits for n requests, polling so that the wait is bounded by the timeout.
-void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
+// Waits for n requests of collective #k, polling so that the wait is bounded by the timeout and
+// a hang report from another rank is answered.
+void dist_wait(gl_dist *d, int n, void *reqs, int64_t k) {
     MPI_Request *r = reqs;
     double t0 = dist_now();
     struct timespec nap = {0, 20000};
@@ -124,13 +130,8 @@ void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
         MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE);
         if (done) return;
         if (spins > 2000) {  // after the first few milliseconds, stop burning a core
-            if (dist_now() - t0 > d->timeout) {
-                fprintf(stderr, "galley: error: rank %d of %d: %s at step %lld made no progress for %.0f s: "
-                                "another rank has probably died or hangs; ending the job "
-                                "(distributed.timeout)\n",
-                        d->rank, d->world, what, (long long)step, d->timeout);
-                dist_abort(d, GL_EXIT_RUNTIME);
-            }
+            dist_hang_poll(d, k, t0);
+            if (dist_now() - t0 > d->timeout) dist_hang(d, k, t0);
             nanosleep(&nap, NULL);
         }
     }
@@ -138,16 +139,18 @@ void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
 
 void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step) {
     if (!d->mpi || d->world == 1) return;
+    int64_t k = dist_enter(d, what, step, DIST_ALL);
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_DOUBLE, MPI_SUM, COMM(d), &r);
-    dist_wait(d, 1, &r, what, step);
+    dist_wait(d, 1, &r, k);
 }
 
 void dist_max_ints(gl_dist *d, int *buf, int count, const char *what, int64_t step) {
     if (!d->mpi || d->world == 1) return;
+    int64_t k = dist_enter(d, what, step, DIST_ALL);
     MPI_Request r;
     MPI_Iallreduce(MPI_IN_PLACE, buf, count, MPI_INT, MPI_MAX, COMM(d), &r);
-    dist_wait(d, 1, &r, what, step);
+    dist_wait(d, 1, &r, k);
 }
 
 void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all, const char *what, int64_t step) {
@@ -155,9 +158,10 @@ void dist_gather_doubles(gl_dist *d, const double *mine, int count, double *all,
         memcpy(all, mine, sizeof(double) * (size_t)count);
         return;
     }
+    int64_t k = dist_enter(d, what, step, DIST_ALL);
     MPI_Request r;
     MPI_Iallgather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, COMM(d), &r);
-    dist_wait(d, 1, &r, what, step);
+    dist_wait(d, 1, &r, k);
 }
 
 void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const char *what, int64_t step) {
@@ -165,9 +169,10 @@ void dist_gather_bytes(gl_dist *d, const void *mine, int bytes, void *all, const
         memcpy(all, mine, (size_t)bytes);
         return;
     }
+    int64_t k = dist_enter(d, what, step, DIST_ALL);
     MPI_Request r;
     MPI_Iallgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, COMM(d), &r);
-    dist_wait(d, 1, &r, what, step);
+    dist_wait(d, 1, &r, k);
 }
 
 // Large blocks go in pieces: MPI counts are ints.
@@ -179,9 +184,10 @@ void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all
         return;
     }
     if (count <= DIST_PIECE) {  // the usual case: rank k's block lands at all + k * count directly
+        int64_t k = dist_enter(d, what, step, DIST_ALL);
         MPI_Request r;
         MPI_Iallgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, COMM(d), &r);
-        dist_wait(d, 1, &r, what, step);
+        dist_wait(d, 1, &r, k);
         return;
     }
     // Blocks beyond an int count go a piece at a time through a staging buffer (allocated per
@@ -190,11 +196,12 @@ void dist_gather_floats(gl_dist *d, const float *mine, int64_t count, float *all
     float *tmp = gl_xmalloc(sizeof(float) * (size_t)(piece * d->world));
     for (int64_t off = 0; off < count; off += piece) {
         int len = (int)(count - off < piece ? count - off : piece);
+        int64_t k = dist_enter(d, what, step, DIST_ALL);
         MPI_Request r;
         MPI_Iallgather(mine + off, len, MPI_FLOAT, tmp, len, MPI_FLOAT, COMM(d), &r);
-        dist_wait(d, 1, &r, what, step);
-        for (int k = 0; k < d->world; k++)
-            memcpy(all + (int64_t)k * count + off, tmp + (int64_t)k * len, sizeof(float) * (size_t)len);
+        dist_wait(d, 1, &r, k);
+        for (int q = 0; q < d->world; q++)
+            memcpy(all + (int64_t)q * count + off, tmp + (int64_t)q * len, sizeof(float) * (size_t)len);
     }
     free(tmp);
 }
@@ -203,9 +210,10 @@ void dist_bcast(gl_dist *d, void *buf, int64_t bytes, int root, const char *what
     if (!d->mpi || d->world == 1) return;
     for (int64_t off = 0; off < bytes; off += DIST_PIECE) {
         int len = (int)(bytes - off < DIST_PIECE ? bytes - off : DIST_PIECE);
+        int64_t k = dist_enter(d, what, step, DIST_ROOTED);
         MPI_Request r;
         MPI_Ibcast((char *)buf + off, len, MPI_BYTE, root, COMM(d), &r);
-        dist_wait(d, 1, &r, what, step);
+        dist_wait(d, 1, &r, k);
     }
 }
 
@@ -215,9 +223,10 @@ void dist_bcast_floats(gl_dist *d, float *buf, int64_t count, int root, const ch
 
 void dist_barrier(gl_dist *d, const char *what, int64_t step) {
     if (!d->mpi || d->world == 1) return;
+    int64_t k = dist_enter(d, what, step, DIST_ALL);
     MPI_Request r;
     MPI_Ibarrier(COMM(d), &r);
-    dist_wait(d, 1, &r, what, step);
+    dist_wait(d, 1, &r, k);
 }
 
 void dist_iallreduce_floats(gl_dist *d, float *buf, int64_t count, void *reqs, int *nreq) {
@@ -257,12 +266,10 @@ void dist_split(gl_dist *d, int color, int key, gl_dist *sub) { (void)color, (vo
 void dist_split_free(gl_dist *sub) { (void)sub; }
 _Noreturn void dist_abort(gl_dist *d, int code) {
     (void)d;
-    fflush(stdout);
+    fflush(NULL);
     exit(code);
 }
-void dist_wait(gl_dist *d, int n, void *reqs, const char *what, int64_t step) {
-    (void)d, (void)n, (void)reqs, (void)what, (void)step;
-}
+void dist_wait(gl_dist *d, int n, void *reqs, int64_t k) { (void)d, (void)n, (void)reqs, (void)k; }
 void dist_sum_doubles(gl_dist *d, double *buf, int count, const char *what, int64_t step) {
     (void)d, (void)buf, (void)count, (void)what, (void)step;
 }

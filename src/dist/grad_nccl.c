@@ -81,37 +81,35 @@ int gradnccl_choose(const gradnccl_rank *all, int world, char *why, size_t len) 
 
 // ---- bounded waits ---------------------------------------------------------------------------------
 
-static void step_words(int64_t step, char *buf, size_t len) {
-    if (step > 0) snprintf(buf, len, " at step %lld", (long long)step);
-    else buf[0] = '\0';
-}
+// What a hang report releases before it reads the GPU or ends the job (dist_hang_hold): NCCL's
+// kernels are aborted so that this process can leave even while they spin for a stuck peer.
+static void release_comm(void *c) { devcomm_close(c, 1); }
 
-// Ends the job: msg is NCCL's or CUDA's failure, or NULL for a timeout. NCCL's kernels are
-// aborted first so that this process can leave even while they spin waiting for a dead peer.
-static _Noreturn void nccl_fail(gl_dist *d, gl_devcomm *c, const char *what, int64_t step, const char *msg) {
-    char at[48];
-    step_words(step, at, sizeof at);
-    if (msg)
-        fprintf(stderr, "galley: error: rank %d of %d: %s%s failed: %s; ending the job\n"
-                        "  hint: NCCL_DEBUG=WARN (or INFO) shows NCCL's side; GALLEY_NCCL=0 sums gradients by MPI\n",
-                d->rank, d->world, what, at, msg);
-    else
-        fprintf(stderr, "galley: error: rank %d of %d: %s%s made no progress for %.0f s: another rank has probably "
-                        "died or hangs, or cannot reach this one; ending the job (distributed.timeout)\n",
-                d->rank, d->world, what, at, d->timeout);
+// Ends the job: msg is NCCL's or CUDA's failure on collective #k; NULL: #k timed out, a hang
+// (dist_hang names the ranks that never entered it, and releases the communicator).
+static _Noreturn void nccl_fail(gl_dist *d, gl_devcomm *c, int64_t k, const char *msg) {
+    if (!msg) dist_hang(d, k, dist_now() - d->timeout);
+    char what[DIST_DESCRIBED];
+    dist_describe(d, k, what, sizeof what);
+    fprintf(stderr, "galley: error: rank %d of %d: collective %s failed: %s; ending the job\n"
+                    "  hint: NCCL_DEBUG=WARN (or INFO) shows NCCL's side; GALLEY_NCCL=0 sums gradients by MPI\n",
+            d->rank, d->world, what, msg);
+    dist_hang_hold(d, NULL, NULL);
     devcomm_close(c, 1);
     dist_abort(d, GL_EXIT_RUNTIME);
 }
 
 // Polls poll(c) until it is no longer DEVCOMM_BUSY, spinning for the first few milliseconds
-// (a sum that is nearly done) and napping after, so a long wait does not burn a core. Returns
-// DEVCOMM_DONE, DEVCOMM_FAILED (msg) or DEVCOMM_BUSY after the timeout.
-static int poll_bounded(gl_dist *d, gl_devcomm *c, int state, int (*poll)(gl_devcomm *, char *, size_t), char *msg,
-                        size_t len) {
+// (a sum that is nearly done) and napping after, so a long wait does not burn a core, and
+// answering hang reports (collective #k). Returns DEVCOMM_DONE, DEVCOMM_FAILED (msg) or
+// DEVCOMM_BUSY after the timeout.
+static int poll_bounded(gl_dist *d, gl_devcomm *c, int64_t k, int state, int (*poll)(gl_devcomm *, char *, size_t),
+                        char *msg, size_t len) {
     double t0 = dist_now();
     struct timespec nap = {0, 20000};
     for (long spins = 0; state == DEVCOMM_BUSY; spins++) {
         if (spins > 2000) {
+            dist_hang_poll(d, k, t0);
             if (dist_now() - t0 > d->timeout) return DEVCOMM_BUSY;
             nanosleep(&nap, NULL);
         }
@@ -121,9 +119,9 @@ static int poll_bounded(gl_dist *d, gl_devcomm *c, int state, int (*poll)(gl_dev
 }
 
 // The communicator's pending operation (creation, a collective connecting peers) to its end.
-static void settle(gl_dist *d, gl_devcomm *c, int state, char *msg, size_t len, const char *what, int64_t step) {
-    state = poll_bounded(d, c, state, devcomm_state, msg, len);
-    if (state != DEVCOMM_DONE) nccl_fail(d, c, what, step, state == DEVCOMM_FAILED ? msg : NULL);
+static void settle(gl_dist *d, gl_devcomm *c, int state, char *msg, size_t len, int64_t k) {
+    state = poll_bounded(d, c, k, state, devcomm_state, msg, len);
+    if (state != DEVCOMM_DONE) nccl_fail(d, c, k, state == DEVCOMM_FAILED ? msg : NULL);
 }
 
 // ---- the communicator --------------------------------------------------------------------------------
@@ -169,34 +167,37 @@ gl_devcomm *gradnccl_open(gl_dist *d, const gl_graph *g) {
         devcomm_close(c, 0);
         return NULL;
     }
-    settle(d, c, devcomm_connect(c, u.id, d->rank, d->world, msg, sizeof msg), msg, sizeof msg,
-           "creating the NCCL communicator", 0);
+    dist_hang_hold(d, release_comm, c);
+    int64_t k = dist_enter(d, "creating the NCCL communicator", 0, DIST_ALL);
+    settle(d, c, devcomm_connect(c, u.id, d->rank, d->world, msg, sizeof msg), msg, sizeof msg, k);
     if (d->rank == 0)
         fprintf(stderr, "galley: gradients summed by %s on the GPUs (%d rank%s%s), on a stream of their own\n",
                 devcomm_version(c), d->world, d->world == 1 ? "" : "s", mode == MODE_FORCE ? ", GALLEY_NCCL=force" : "");
     return c;
 }
 
-void gradnccl_allreduce(gl_dist *d, gl_devcomm *c, float *buf, int64_t count, const char *what, int64_t step) {
+void gradnccl_allreduce(gl_dist *d, gl_devcomm *c, float *buf, int64_t count, int64_t k) {
     char msg[512] = "";
     int state = devcomm_allreduce(c, buf, count, msg, sizeof msg);
     // BUSY: NCCL is still connecting peers (the first sums); it takes no other call until done.
-    if (state != DEVCOMM_DONE) settle(d, c, state, msg, sizeof msg, what, step);
+    if (state != DEVCOMM_DONE) settle(d, c, state, msg, sizeof msg, k);
 }
 
-double gradnccl_wait(gl_dist *d, gl_devcomm *c, const char *what, int64_t step) {
+double gradnccl_wait(gl_dist *d, gl_devcomm *c, int64_t k) {
     double t0 = dist_now();
     char msg[512] = "";
     devcomm_join(c);
-    int state = poll_bounded(d, c, DEVCOMM_BUSY, devcomm_joined, msg, sizeof msg);
-    if (state != DEVCOMM_DONE) nccl_fail(d, c, what, step, state == DEVCOMM_FAILED ? msg : NULL);
+    int state = poll_bounded(d, c, k, DEVCOMM_BUSY, devcomm_joined, msg, sizeof msg);
+    if (state != DEVCOMM_DONE) nccl_fail(d, c, k, state == DEVCOMM_FAILED ? msg : NULL);
     return dist_now() - t0;
 }
 
 void gradnccl_close(gl_dist *d, gl_devcomm *c) {
     if (!c) return;
     char msg[512] = "";
-    int state = poll_bounded(d, c, devcomm_finalize(c, msg, sizeof msg), devcomm_state, msg, sizeof msg);
+    int64_t k = dist_enter(d, "closing the NCCL communicator", 0, DIST_ALL);
+    int state = poll_bounded(d, c, k, devcomm_finalize(c, msg, sizeof msg), devcomm_state, msg, sizeof msg);
+    dist_hang_hold(d, NULL, NULL);
     // The run's work is done: a communicator that will not close is aborted, not the job.
     if (state != DEVCOMM_DONE)
         fprintf(stderr, "galley: warning: rank %d of %d: closing the NCCL communicator %s; aborted it\n", d->rank,

@@ -21,6 +21,7 @@ typedef struct {
     int64_t off, len;  // slice of the gradient block
     int lo_layer;      // the lowest layer with parameters in it
     int started, done, nreq;
+    int64_t seq;       // its collective's number (dist_enter)
     char *reqs;        // MAX_PIECES_PER_BUCKET requests
 } bucket;
 
@@ -38,12 +39,11 @@ struct gl_gradsync {
 
 static void start_bucket(gl_gradsync *s, bucket *b) {
     b->started = 1;
-    if (s->dev) {
-        snprintf(s->what, sizeof s->what, "the NCCL gradient allreduce (bucket %d of %d)", (int)(b - s->b) + 1, s->nb);
-        gradnccl_allreduce(s->d, s->dev, s->g->grads + b->off, b->len, s->what, s->step);
-        return;
-    }
-    dist_iallreduce_floats(s->d, s->g->grads + b->off, b->len, b->reqs, &b->nreq);
+    snprintf(s->what, sizeof s->what, "the %sgradient allreduce (bucket %d of %d)", s->dev ? "NCCL " : "",
+             (int)(b - s->b) + 1, s->nb);
+    b->seq = dist_enter(s->d, s->what, s->step, DIST_ALL);
+    if (s->dev) gradnccl_allreduce(s->d, s->dev, s->g->grads + b->off, b->len, b->seq);
+    else dist_iallreduce_floats(s->d, s->g->grads + b->off, b->len, b->reqs, &b->nreq);
 }
 
 // Progresses the buckets in flight (a cheap test each).
@@ -118,15 +118,13 @@ double gradsync_finish(gl_gradsync *s) {
     double t0 = dist_now();
     while (s->next < s->nb) start_bucket(s, &s->b[s->next++]);
     if (s->dev) {
-        snprintf(s->what, sizeof s->what, "the NCCL gradient allreduce (%d bucket%s)", s->nb, s->nb == 1 ? "" : "s");
-        gradnccl_wait(s->d, s->dev, s->what, s->step);
+        gradnccl_wait(s->d, s->dev, s->b[0].seq);  // a timeout names the first: the others queue behind it
         return dist_now() - t0;
     }
     for (int k = 0; k < s->nb; k++) {
         bucket *b = &s->b[k];
         if (b->done) continue;
-        snprintf(s->what, sizeof s->what, "the gradient allreduce (bucket %d of %d)", k + 1, s->nb);
-        dist_wait(s->d, b->nreq, b->reqs, s->what, s->step);
+        dist_wait(s->d, b->nreq, b->reqs, b->seq);
         b->done = 1;
     }
     return dist_now() - t0;

@@ -24,9 +24,10 @@ static int64_t grid_step(const gl_grid *g) { return g->step ? *g->step : 0; }
 static void grid_sum(void *ctx, float *buf, int64_t count, const char *what) {
     gl_grid *g = ctx;
     if (g->tp == 1 || count == 0) return;
+    const int64_t k = dist_enter(&g->tpd, what, grid_step(g), DIST_ALL);  // numbered for hang reports
     if (g->nccl) {
-        gradnccl_allreduce(&g->tpd, g->nccl, buf, count, what, grid_step(g));
-        gradnccl_wait(&g->tpd, g->nccl, what, grid_step(g));
+        gradnccl_allreduce(&g->tpd, g->nccl, buf, count, k);
+        gradnccl_wait(&g->tpd, g->nccl, k);
         return;
     }
     if (g->be && g->be->device) g->be->sync();
@@ -34,7 +35,7 @@ static void grid_sum(void *ctx, float *buf, int64_t count, const char *what) {
     void *reqs = gl_xmalloc(dist_request_size() * (size_t)nreq);
     int n = 0;
     dist_iallreduce_floats(&g->tpd, buf, count, reqs, &n);
-    dist_wait(&g->tpd, n, reqs, what, grid_step(g));
+    dist_wait(&g->tpd, n, reqs, k);
     free(reqs);
 }
 

@@ -7,6 +7,7 @@
 #include "galley/check.h"
 #include "galley/prof.h"
 #include "train/run.h"
+#include "train/run_hang.h"
 
 void run_start(gl_run *u) {
     const gl_ckpt_state *ck = &u->ck;
@@ -72,15 +73,9 @@ static void log_progress(gl_run *u, int due, int last) {
 
 // The checkpoint of this step, written by rank 0 (every rank learns the outcome): 0 or -1.
 static int save(gl_run *u, int64_t epoch, double *secs) {
-    gl_ckpt_state *ck = &u->ck;
-    const train_result *res = u->res;
-    ck->step = u->step, ck->epoch = epoch, ck->samples = u->samples_base + u->seen_total, ck->skipped = u->skipped;
-    ck->best = res->best, ck->best_step = u->best_step, ck->best_loss = res->best_loss;
-    ck->best_loss_step = res->best_loss_step, ck->epochs_run = res->epochs_run;
-    ck->train_seconds = u->seconds_base + (now_s() - u->t_start);
-    ck->scaler = u->c.ls;
+    run_ckpt_fill(u, epoch);  // run_hang.c: a hang's checkpoint is filled alike
     prof_push("checkpoint");
-    int rc = train_save(&u->c, ck, u->out, u->err, secs);
+    int rc = train_save(&u->c, &u->ck, u->out, u->err, secs);
     prof_pop();
     u->ph[PHASE_CKPT] += *secs;
     return rc;

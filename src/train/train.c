@@ -16,6 +16,7 @@
 
 #include "galley/check.h"
 #include "train/run.h"
+#include "train/run_hang.h"
 
 int train_threads(const recipe_t *r) {
     if (r->train.threads > 0) return (int)r->train.threads;
@@ -33,9 +34,11 @@ int train_run(const recipe_t *r, const train_opts *opts, FILE *out, FILE *err, t
     if (code == GL_EXIT_OK) {
         run_banner(&u);
         run_start(&u);
+        if (!u.opts->evaluate) run_hang_arm(&u);  // a hang from here on may checkpoint the run
         // `galley eval`: one pass over the validation split with the checkpoint's weights.
         code = u.opts->evaluate ? run_evaluate(&u) : run_loop(&u);
         code = run_finish(&u, code);
+        run_hang_disarm(&u);
     }
     run_close(&u);
     train_signals_restore();

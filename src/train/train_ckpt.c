@@ -7,6 +7,7 @@
 
 #include "galley/check.h"
 #include "galley/runlog.h"
+#include "train/run_hang.h"  // train_ckpt_write
 #include "train/train_internal.h"
 
 int train_resume_pick(const recipe_t *r, const char *resume, gl_dist *d, char *path, size_t len, int64_t *step,
@@ -71,33 +72,44 @@ int train_resume_load(train_ctx *c, const char *path, gl_ckpt_state *st, FILE *e
     return GL_EXIT_OK;
 }
 
+// Writes st's checkpoint of the model g and optimizer o (this rank's, or the whole model gathered).
+static int ckpt_write_as(train_ctx *c, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st, FILE *out,
+                         FILE *err) {
+    double t0 = runlog_now();
+    char path[4200], why[4400];
+    ckpt_path(path, sizeof path, c->r->checkpoint.dir, c->r->name, st->step);
+    if (ckpt_prepare_dir(c->r->checkpoint.dir, why, sizeof why) != 0 ||
+        ckpt_write(path, c->r, g, o, st, why, sizeof why) != 0) {
+        fprintf(err, "galley: error: checkpoint at step %lld not written: %s\n"
+                     "  hint: free space or fix checkpoint.dir, then resume from the last checkpoint with "
+                     "--resume auto\n", (long long)st->step, why);
+        return -1;
+    }
+    ckpt_prune(c->r->checkpoint.dir, c->r->name, c->r->checkpoint.keep);
+    struct stat sb;
+    double mib = stat(path, &sb) == 0 ? (double)sb.st_size / 1048576.0 : NAN;
+    fprintf(out, "checkpoint: %s (step %lld, %.2f MiB, %.2f s)\n", path, (long long)st->step, mib,
+            runlog_now() - t0);
+    fflush(out);
+    return 0;
+}
+
+int train_ckpt_write(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err) {
+    return ckpt_write_as(c, c->g, c->opt, st, out, err);
+}
+
 int train_save(train_ctx *c, const gl_ckpt_state *st, FILE *out, FILE *err, double *seconds) {
     double t0 = runlog_now();
     int ok = 1;
-    // Under tensor parallelism the whole model is gathered onto world rank 0 first.
-    float *bufs[4] = {0};
-    gl_graph wg;
-    gl_optim wo;
-    const bool writer = c->full ? train_whole_gather(c, bufs, &wg, &wo, st->step) : c->d->rank == 0;
-    if (writer) {
-        char path[4200], why[4400];
-        ckpt_path(path, sizeof path, c->r->checkpoint.dir, c->r->name, st->step);
-        if (ckpt_prepare_dir(c->r->checkpoint.dir, why, sizeof why) != 0 ||
-            ckpt_write(path, c->r, c->full ? &wg : c->g, c->full ? &wo : c->opt, st, why, sizeof why) != 0) {
-            fprintf(err, "galley: error: checkpoint at step %lld not written: %s\n"
-                         "  hint: free space or fix checkpoint.dir, then resume from the last checkpoint with "
-                         "--resume auto\n", (long long)st->step, why);
-            ok = 0;
-        } else {
-            ckpt_prune(c->r->checkpoint.dir, c->r->name, c->r->checkpoint.keep);
-            struct stat sb;
-            double mib = stat(path, &sb) == 0 ? (double)sb.st_size / 1048576.0 : NAN;
-            fprintf(out, "checkpoint: %s (step %lld, %.2f MiB, %.2f s)\n", path, (long long)st->step, mib,
-                    runlog_now() - t0);
-            fflush(out);
-        }
+    if (c->full) {  // tensor parallelism: the whole model gathered onto world rank 0 first
+        float *bufs[4] = {0};
+        gl_graph wg;
+        gl_optim wo;
+        if (train_whole_gather(c, bufs, &wg, &wo, st->step)) ok = ckpt_write_as(c, &wg, &wo, st, out, err) == 0;
+        train_whole_free(bufs);
+    } else {
+        ok = c->d->rank != 0 || train_ckpt_write(c, st, out, err) == 0;
     }
-    train_whole_free(bufs);
     dist_bcast(c->world ? c->world : c->d, &ok, sizeof ok, 0, "waiting for rank 0's checkpoint", st->step);
     *seconds = runlog_now() - t0;
     return ok ? 0 : -1;

@@ -2,7 +2,8 @@
 # test_dist_failures.sh: a failing rank ends the whole job, within a bounded time, saying why.
 #   - a rank killed (SIGKILL) mid-run: mpirun ends the job non-zero within 60 s;
 #   - a rank that hangs (SIGSTOP): the others give up after distributed.timeout, naming the
-#     collective and the step, and end the job (MPI_Abort) non-zero;
+#     rank, the collective and the step, and end the job (MPI_Abort) non-zero (test_dist_hang.sh:
+#     the report, its checkpoint and exit codes);
 #   - a set-up failure on one rank only (its data file missing; rank 0's run directory already
 #     used): every rank stops at the set-up agreement within seconds, exit 2, not after
 #     distributed.timeout (60 s here); rank 0 names the failing rank when it is not itself;
@@ -68,10 +69,10 @@ secs=$(since "$t0")
 kill -9 "$victim" 2>/dev/null || true
 [[ $rc -ne 0 && $rc -ne 124 ]] || fail "hung rank: exit $rc after $secs s"
 awk -v s="$secs" 'BEGIN { exit !(s < 60) }' || fail "hung rank: the job took $secs s to end"
-grep -q "made no progress for 3 s: another rank has probably died or hangs; ending the job (distributed.timeout)" \
-    hung.err hung.out || fail "hung rank: no timeout message: $(cat hung.err)"
-grep -qE "rank [01] of 2: the .* at step [0-9]+ made no progress" hung.err hung.out ||
-    fail "hung rank: the message does not name the rank, collective and step"
+grep -qE "^galley: error: hang: collective #[0-9]+ \(the .* at step [0-9]+\) made no progress for 3 s \(distributed.timeout\)" \
+    hung.err || fail "hung rank: no timeout message: $(cat hung.err)"
+grep -qE "^galley: error: hang: rank [01] of 2 \(host .+\) (never entered|is stuck in) #[0-9]+ " hung.err ||
+    fail "hung rank: the message does not name the rank and collective (test_dist_hang.sh tests the rest)"
 info "hung rank: job ended with exit $rc after $secs s"
 
 info "a rank that cannot open its data: every rank stops at once, exit 2, rank 0 names it"
