@@ -7,6 +7,7 @@
 #   nodes_check_mpi            # mpirun across them: each node's host name, slots times
 #   nodes_mpirun -np 4 "$GALLEY" train R     # from the first node, as a batch script would
 #   nodes_exec "${GL_NODES[1]}" hostname     # any command on a node
+#   nodes_spawn "${GL_NODES[1]}" daemon ... >log 2>&1   # in the background: GL_NODES_SPAWNED
 #   nodes_cut "${GL_NODES[1]}"               # its link down: cut off from the others
 #
 # A node is a network namespace and a UTS namespace (its own host name, which is also the netns
@@ -81,6 +82,17 @@ nodes_exec() {
     shift
     pid=$(nodes_holder "$node") || nodes_broken "node $node is not running"
     nsenter --target "$pid" --net --uts --mount --wd="$PWD" -- "$@"
+}
+
+# nodes_spawn NODE CMD...: start CMD on NODE in the background; its pid (CMD's own: nsenter
+# execs it) in GL_NODES_SPAWNED. Redirect the call as you would CMD's.
+nodes_spawn() {
+    local node=$1 pid
+    shift
+    pid=$(nodes_holder "$node") || nodes_broken "node $node is not running"
+    nsenter --target "$pid" --net --uts --mount --wd="$PWD" -- "$@" &
+    GL_NODES_SPAWNED=$!
+    disown "$GL_NODES_SPAWNED" 2>/dev/null || true
 }
 
 # nodes_addr K: the address of node K (0-based).
