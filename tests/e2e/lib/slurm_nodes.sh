@@ -85,12 +85,15 @@ slurm_nodes_broken() {
     fail "private 2-node Slurm: $*"
 }
 
-# slurm_nodes_stop: cancel what is still queued or running (from the first node), end the daemons
-# (lib/slurm.sh's slurm_kill: newest first, each waited for) and remove GL_SLURM_DIR. Idempotent.
+# slurm_nodes_stop: end the daemons and remove GL_SLURM_DIR. Idempotent. The cluster is thrown
+# away with the nodes, so slurmctld and the slurmds get SIGKILL (a graceful stop, with a node cut
+# off, takes seconds), and so does every job step on the nodes (nodes_stop); then munged, last,
+# by lib/slurm.sh's slurm_kill.
 slurm_nodes_stop() {
-    if ((${#GL_SLURM_PIDS[@]})) && [[ -n ${SLURM_CONF:-} ]] && nodes_holder "${GL_NODES[0]}" >/dev/null; then
-        nodes_exec "${GL_NODES[0]}" timeout 5 scancel --quiet --full --user=root >/dev/null 2>&1 || true
-    fi
+    local pid
+    for pid in "${GL_SLURM_PIDS[@]:1}"; do
+        slurm_ours "$pid" && kill -KILL "$pid" 2>/dev/null
+    done
     slurm_kill
     unset SLURM_CONF
 }
