@@ -192,6 +192,7 @@ nodes_start() {
         trap '' INT TERM
         while kill -0 "$$" 2>/dev/null; do sleep 1; done
         nodes_stop
+        rm -rf "$GL_NODES_DIR" # staged copies and logs (common.sh's GL_TMP cleanup did not run either)
     ) </dev/null >/dev/null 2>&1 &
     disown $! 2>/dev/null || true
 

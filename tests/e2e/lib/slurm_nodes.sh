@@ -153,13 +153,6 @@ slurm_nodes_start() {
     slurm_nodes_write_conf "$cpus"
     export SLURM_CONF=$d/slurm.conf
     GL_NODES_ATEXIT+=(slurm_nodes_stop)
-    # Killed outright: the watchdog of lib/nodes.sh ends what runs on the nodes; this one munged.
-    (
-        trap '' INT TERM
-        while kill -0 "$$" 2>/dev/null; do sleep 1; done
-        slurm_kill
-    ) </dev/null >/dev/null 2>&1 &
-    disown $! 2>/dev/null || true
 
     slurm_nodes_munged
     nodes_spawn "${GL_NODES[0]}" slurmctld -D -i -f "$SLURM_CONF" </dev/null >"$d/log/slurmctld.out" 2>&1
@@ -169,6 +162,14 @@ slurm_nodes_start() {
             >"$d/log/slurmd-${GL_NODES[k]}.out" 2>&1
         GL_SLURM_PIDS+=("$GL_NODES_SPAWNED")
     done
+    # Killed outright: lib/nodes.sh's watchdog ends what runs on the nodes; this one munged (it
+    # sees GL_SLURM_PIDS as they are now, so it starts after the daemons).
+    (
+        trap '' INT TERM
+        while kill -0 "$$" 2>/dev/null; do sleep 1; done
+        slurm_kill
+    ) </dev/null >/dev/null 2>&1 &
+    disown $! 2>/dev/null || true
     slurm_nodes_wait_idle
     GL_SLURM_NODES_START_SECONDS=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
     info "private Slurm on ${#GL_NODES[@]} nodes up in ${GL_SLURM_NODES_START_SECONDS} s: controller on" \
