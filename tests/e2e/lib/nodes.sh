@@ -222,7 +222,9 @@ nodes_mpirun() {
 nodes_check_mpi() {
     local out want got t0 name k
     t0=$(date +%s%N)
-    out=$(nodes_mpirun hostname 2>&1) || nodes_broken "mpirun hostname across the nodes failed: $out"
+    # stdout only: Open MPI may warn on stderr (plm:rsh's setpgid races the agent's exec: harmless).
+    out=$(nodes_mpirun hostname 2>"$GL_NODES_DIR/check_mpi.err") ||
+        nodes_broken "mpirun hostname across the nodes failed: $out $(cat "$GL_NODES_DIR/check_mpi.err")"
     GL_NODES_MPIRUN_SECONDS=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
     want=$(for name in "${GL_NODES[@]}"; do
         for ((k = 0; k < GL_NODES_SLOTS; k++)); do echo "$name"; done

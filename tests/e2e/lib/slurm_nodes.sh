@@ -189,8 +189,9 @@ slurm_nodes_check_mpi() {
     local n=${#GL_NODES[@]} out want t0 name
     t0=$(date +%s%N)
     # shellcheck disable=SC2016 # expanded by each task's shell
-    out=$(slurm_nodes_srun -N "$n" -n $((2 * n)) --mpi="$GL_SLURM_MPI" bash -c 'echo "$(hostname) $SLURM_LOCALID"' 2>&1) ||
-        slurm_nodes_broken "srun -N $n -n $((2 * n)) hostname failed: $out"
+    out=$(slurm_nodes_srun -N "$n" -n $((2 * n)) --mpi="$GL_SLURM_MPI" bash -c 'echo "$(hostname) $SLURM_LOCALID"' \
+        2>"$GL_SLURM_DIR/check_mpi.err") ||
+        slurm_nodes_broken "srun -N $n -n $((2 * n)) hostname failed: $out $(cat "$GL_SLURM_DIR/check_mpi.err")"
     GL_SLURM_NODES_SRUN_SECONDS=$(awk -v a="$t0" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
     want=$(for name in "${GL_NODES[@]}"; do echo "$name 0"; echo "$name 1"; done | sort | tr '\n' ',')
     [[ $(sort <<<"$out" | tr '\n' ',') == "$want" ]] ||
