@@ -3,7 +3,8 @@
 # tests/e2e/lib/nodes.sh), launched by mpirun from the first node through lib/ns_agent.sh:
 #   - the site hooks see each node's own local ranks: Perlmutter's GPU order (3,2,1,0) gives
 #     local ranks 0 and 1 of each node GPUs 3 and 2 (one node of 4 ranks: 3,2,1,0), on a fake
-#     tree of 4 GPUs per node;
+#     tree of 4 GPUs per node; without the NCCL OFI plugin Perlmutter's hooks stop the 2-node
+#     job before the command (GALLEY_NCCL_PLUGIN_REQUIRED=0: one warning, then it runs);
 #   - 2 nodes x 2 ranks train bitwise as 1 node x 4 ranks in deterministic mode (parts=4): the
 #     same losses as text and the same checkpoint tensors (h5diff); rank 0 says "2 on this node"
 #     and the MLPerf log number_of_nodes 2 (1 node: 4 and 1);
@@ -52,6 +53,21 @@ assert_rc 0
 got=$(sort -k2n <<<"$OUT" | awk '{ printf "%s%s", sep, $5; sep = "," }')
 [[ $got == 3,2,1,0 ]] || fail "GPU hook, 1 node x 4 ranks: GPUs $got, expected 3,2,1,0"
 info "GPU hook, 1 node x 4 ranks: GPUs $got"
+
+# Perlmutter's hooks, all of them, on nodes without the NCCL OFI plugin or the fabric: mpirun across
+# 2 nodes stops before the command on every rank; GALLEY_NCCL_PLUGIN_REQUIRED=0 runs it after one
+# warning (rank 0's).
+hookenv=(-x GALLEY_HOOKS_ROOT="$FH_ROOT" -x GALLEY_SITE=perlmutter -x GALLEY_HOOKS_STRICT=1 -x TMPDIR="$FH_ROOT/tmp")
+run nodes_mpirun -np 4 "${hookenv[@]}" "$FH_ROOT/opt/galley/site/galley-entrypoint" bash -c "$show"
+[[ $RC -ne 0 && -z $OUT ]] || { show_run; fail "plugin missing, mpirun across 2 nodes: the command ran"; }
+assert_contains "$ERR" "galley-entrypoint: error: site perlmutter: missing the NCCL OFI plugin" "stderr"
+rc_missing=$RC
+run nodes_mpirun -np 4 "${hookenv[@]}" -x GALLEY_NCCL_PLUGIN_REQUIRED=0 "$FH_ROOT/opt/galley/site/galley-entrypoint" \
+    bash -c "$show"
+assert_rc 0
+n=$(grep -c "warning: site perlmutter: missing the NCCL OFI plugin" <<<"$ERR" || true)
+[[ $n == 1 && $(grep -c . <<<"$OUT") == 4 ]] || { show_run; fail "GALLEY_NCCL_PLUGIN_REQUIRED=0: $n warnings (want 1), 4 ranks to run"; }
+info "plugin missing, mpirun across 2 nodes: exit $rc_missing before the command; GALLEY_NCCL_PLUGIN_REQUIRED=0: one warning, 4 ranks ran"
 
 if [[ $GALLEY_SANITIZE == 1 ]]; then
     info "ASan build: galley across the nodes is left to the release tree (Open MPI's own leaks and reads are noise here)"
