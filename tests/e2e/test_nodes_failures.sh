@@ -73,54 +73,47 @@ check_end() {
     info "$tag: exit $rc, $secs s after the failure (limit $limit_s s): ${msg#galley: error: }"
 }
 
-# ---- mpirun, node 2 cut off ------------------------------------------------------------------------
+# fail_during TAG HOW LAUNCHER...: LAUNCHER... galley train (the long run) into TAG.out/err; once it
+# trains, node 2 fails (HOW: cut, its link down; stop, SIGSTOP to its galley ranks); then the end
+# is checked (check_end). The link is mended after; LEFT: what stayed on node 2 (orted, ranks).
+fail_during() {
+    local tag=$1 how=$2 rc=0 t0 secs victims
+    shift 2
+    "$@" "$GALLEY" train "$MLP" "${long[@]}" >"$tag.out" 2>"$tag.err" &
+    job=$!
+    wait_training "$tag"
+    victims=$(nodes_pids "$n2" "^$GALLEY train")
+    [[ $(grep -c . <<<"$victims") == 2 ]] || fail "$tag: expected 2 galley ranks on $n2, found: $victims"
+    t0=$(now_ns)
+    if [[ $how == cut ]]; then
+        nodes_cut "$n2"
+    else
+        # shellcheck disable=SC2086 # one word per pid
+        kill -STOP $victims
+    fi
+    wait "$job" || rc=$?
+    secs=$(secs_since "$t0")
+    LEFT=$(nodes_pids "$n2" "galley|orted|slurmstepd" | wc -l)
+    nodes_mend "$n2"
+    check_end "$tag" "$rc" "$secs"
+}
+
 nodes_check_mpi
-nodes_mpirun -np 4 "${keepalive[@]}" "$GALLEY" train "$MLP" "${long[@]}" >cut.out 2>cut.err &
-job=$!
-wait_training cut
-t0=$(now_ns)
-nodes_cut "$n2"
-rc=0
-wait "$job" || rc=$?
-secs=$(secs_since "$t0")
-left=$(nodes_pids "$n2" "galley|orted" | wc -l)
-nodes_mend "$n2"
-check_end cut "$rc" "$secs"
-info "cut: $left processes (orted, ranks) left on the cut-off node, ended by the harness"
+fail_during cut cut nodes_mpirun -np 4 "${keepalive[@]}"
+info "cut: $LEFT processes (orted, ranks) left on the cut-off node, ended by the harness"
 for pid in $(nodes_pids "$n2" "galley|orted"); do kill -KILL "$pid" 2>/dev/null || true; done
 
-# ---- mpirun, node 2's ranks stopped -----------------------------------------------------------------
-nodes_mpirun -np 4 "${keepalive[@]}" "$GALLEY" train "$MLP" "${long[@]}" >stop.out 2>stop.err &
-job=$!
-wait_training stop
-victims=$(nodes_pids "$n2" "^$GALLEY train")
-[[ $(grep -c . <<<"$victims") == 2 ]] || fail "stop: expected 2 galley ranks on $n2, found: $victims"
-t0=$(now_ns)
-# shellcheck disable=SC2086 # one word per pid
-kill -STOP $victims
-rc=0
-wait "$job" || rc=$?
-secs=$(secs_since "$t0")
-check_end stop "$rc" "$secs"
+fail_during stop stop nodes_mpirun -np 4 "${keepalive[@]}"
 sleep 0.5
 left=$(nodes_pids "$n1" "^$GALLEY train"; nodes_pids "$n2" "^$GALLEY train")
 [[ -z $left ]] || fail "stop: galley ranks left after the job ended: $left"
 
-# ---- srun -N 2, node 2 cut off ---------------------------------------------------------------------
 if [[ -n $(slurm_why_not) ]]; then
     info "srun part left out: private Slurm: $(slurm_why_not)"
 else
     slurm_nodes_start
-    slurm_nodes_srun -N 2 -n 4 --mpi="$GL_SLURM_MPI" "$GALLEY" train "$MLP" "${long[@]}" >scut.out 2>scut.err &
-    job=$!
-    wait_training scut
-    t0=$(now_ns)
-    nodes_cut "$n2"
-    rc=0
-    wait "$job" || rc=$?
-    secs=$(secs_since "$t0")
-    nodes_mend "$n2"
-    check_end scut "$rc" "$secs"
+    fail_during scut cut slurm_nodes_srun -N 2 -n 4 --mpi="$GL_SLURM_MPI"
+    info "scut: $LEFT processes (slurmstepd, ranks) left on the cut-off node, ended by the harness"
 fi
 
 info "ok in $(secs_since "$t_all") s"

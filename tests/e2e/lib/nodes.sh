@@ -246,3 +246,31 @@ nodes_pids() {
         echo "$pid"
     done
 }
+
+# ---- for the tests: two runs that must be the same -----------------------------------------------
+
+# nodes_losses RUN_DIR: "kind step loss" per train/eval record of RUN_DIR/metrics.jsonl, as written.
+nodes_losses() {
+    sed -nE 's/^\{"kind":"(train|eval)".*"step":([0-9]+),.*"loss":([^,}]+).*$/\1 \2 \3/p' "$1/metrics.jsonl"
+}
+
+# nodes_same_training A B WHAT: runs A and B (run directory X, checkpoints in ck-X) logged the same
+# losses, as text, and their final checkpoints hold bitwise the same /params and /optim (h5diff).
+# Fails saying how they differ; sets GL_NODES_SAME to what was compared.
+nodes_same_training() {
+    local a=$1 b=$2 what=$3 la lb group
+    la=$(nodes_losses "$a")
+    lb=$(nodes_losses "$b")
+    [[ -n $la ]] || fail "$what: $a/metrics.jsonl has no losses"
+    [[ $la == "$lb" ]] || fail "$what: losses differ (deterministic mode wants them bitwise equal):
+$(diff <(echo "$la") <(echo "$lb") | head -20)"
+    local -a ck_a=(ck-"$a"/*.h5) ck_b=(ck-"$b"/*.h5)
+    [[ -f ${ck_a[-1]} && $(basename "${ck_a[-1]}") == "$(basename "${ck_b[-1]}")" ]] ||
+        fail "$what: final checkpoints '${ck_a[*]}' vs '${ck_b[*]}'"
+    for group in /params /optim; do
+        h5diff -r "${ck_a[-1]}" "${ck_b[-1]}" "$group" "$group" >"$GL_TMP/h5diff.out" 2>&1 ||
+            fail "$what: final checkpoints differ in $group: $(head -n 20 "$GL_TMP/h5diff.out")"
+    done
+    # shellcheck disable=SC2034 # for the test that calls it
+    GL_NODES_SAME="$(grep -c . <<<"$la") losses as text, /params and /optim of $(basename "${ck_a[-1]}") bitwise"
+}

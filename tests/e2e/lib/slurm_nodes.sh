@@ -22,50 +22,28 @@ source "$(dirname "${BASH_SOURCE[0]}")/slurm.sh"
 
 GL_SLURM_NODES_TIMEOUT=120   # seconds slurm_nodes_srun may run
 
-# slurm_nodes_write_conf CPUS: $GL_SLURM_DIR/slurm.conf for GL_NODES, the first being the controller.
-# The lines shared with lib/slurm.sh's slurm.conf are there for the reasons it gives.
+# slurm_nodes_write_conf CPUS: $GL_SLURM_DIR/slurm.conf for GL_NODES, the first the controller:
+# lib/slurm.sh's one-node slurm.conf (its lines, for the reasons it gives there) on Slurm's default
+# ports, with the controller, the nodes and the partition replaced, and slurmd's spool, TmpFS, pid
+# and log files made per node.
 slurm_nodes_write_conf() {
-    local cpus=$1 d=$GL_SLURM_DIR k
-    {
-        cat <<EOF
-# written by tests/e2e/lib/slurm_nodes.sh for one test run; removed when the test ends
-ClusterName=galleynodes
-SlurmctldHost=${GL_NODES[0]}($(nodes_addr 0))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$d/munge/munged.socket
-StateSaveLocation=$d/state
-SlurmdSpoolDir=$GL_NODES_LOCAL/slurm/spool
-TmpFS=$GL_NODES_LOCAL/slurm/tmp
-SlurmctldPidFile=$d/run/slurmctld.pid
-SlurmdPidFile=$d/run/slurmd-%n.pid
-SlurmctldLogFile=$d/log/slurmctld.log
-SlurmdLogFile=$d/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-PropagateResourceLimits=NONE
-ReturnToService=2
-MailProg=/bin/true
-InactiveLimit=0
-KillWait=2
-MinJobAge=30
-SchedulerType=sched/builtin
-EOF
-        for k in "${!GL_NODES[@]}"; do
-            echo "NodeName=${GL_NODES[k]} NodeAddr=$(nodes_addr "$k") CPUs=$cpus State=UNKNOWN"
-        done
-        echo "PartitionName=galley Nodes=ALL Default=YES MaxTime=INFINITE OverSubscribe=YES State=UP"
-    } >"$d/slurm.conf"
+    local cpus=$1 f=$GL_SLURM_DIR/slurm.conf k nodes=""
+    slurm_write_conf "${GL_NODES[0]}" "$cpus" 6817 6818
+    for k in "${!GL_NODES[@]}"; do
+        nodes+="NodeName=${GL_NODES[k]} NodeAddr=$(nodes_addr "$k") CPUs=$cpus State=UNKNOWN\n"
+    done
+    awk -v ctl="${GL_NODES[0]}($(nodes_addr 0))" -v nodes="$nodes" -v loc="$GL_NODES_LOCAL/slurm" '
+        /^# written by/ { print "# written by tests/e2e/lib/slurm_nodes.sh (from lib/slurm.sh'"'"'s); removed when the test ends"; next }
+        /^SlurmctldHost=/ { print "SlurmctldHost=" ctl; next }
+        /^SlurmdSpoolDir=/ { print "SlurmdSpoolDir=" loc "/spool"; next }
+        /^TmpFS=/ { print "TmpFS=" loc "/tmp"; next }
+        /^Slurmd(PidFile|LogFile)=/ { sub(/slurmd\./, "slurmd-%n."); print; next }
+        /^NodeName=/ { printf "%s", nodes; next }
+        /^PartitionName=/ { sub(/Nodes=[^ ]+/, "Nodes=ALL"); print; next }
+        { print }' "$f" >"$f.nodes" && mv "$f.nodes" "$f"
+    if ! grep -q "^NodeName=${GL_NODES[-1]} " "$f" || ! grep -q '^SlurmdLogFile=.*slurmd-%n.log$' "$f"; then
+        slurm_nodes_broken "lib/slurm.sh's slurm.conf did not take the 2-node edits (has its layout changed?)"
+    fi
 }
 
 # slurm_nodes_logs: each daemon's log (last lines), on stderr, for a failure report.
@@ -92,9 +70,10 @@ slurm_nodes_broken() {
 slurm_nodes_stop() {
     local pid
     for pid in "${GL_SLURM_PIDS[@]:1}"; do
-        slurm_ours "$pid" && kill -KILL "$pid" 2>/dev/null
+        slurm_ours "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     done
-    slurm_kill
+    # Quiet: slurm_ours may read the command line of a daemon that is just going away.
+    slurm_kill 2>/dev/null
     unset SLURM_CONF
 }
 
