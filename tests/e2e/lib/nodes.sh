@@ -30,7 +30,7 @@
 
 GL_NODES_NET=10.77.0        # the /24 on the private bridge; it exists only inside the switch namespace
 GL_NODES_START_TIMEOUT=10   # seconds for a node's namespaces to be ready
-GL_NODES_MPI_TIMEOUT=120    # seconds nodes_mpirun may run
+GL_NODES_MPI_TIMEOUT=${GL_NODES_MPI_TIMEOUT:-120} # seconds nodes_mpirun may run
 GL_NODES=()                 # node names (= host names = network namespace names)
 GL_NODES_TAG=               # glns-XXXX: the prefix of this test's namespaces
 GL_NODES_DIR=               # hosts, hostfile, each node's pid file and local folder
@@ -232,6 +232,14 @@ nodes_check_mpi() {
     got=$(sort <<<"$out" | tr '\n' ' ')
     [[ $got == "$want" ]] || nodes_broken "mpirun hostname printed '$got', expected '$want'"
     info "mpirun across ${#GL_NODES[@]} nodes: hostname ran on ${got% } in ${GL_NODES_MPIRUN_SECONDS} s"
+}
+
+# nodes_sysctl NODE KEY=VALUE...: network settings of NODE's kernel (net.*, which belong to its
+# network namespace; the machine's own stay as they are).
+nodes_sysctl() {
+    local node=$1
+    shift
+    nodes_exec "$node" sysctl -qw "$@" || nodes_broken "sysctl -w $* on $node failed"
 }
 
 # nodes_cut NODE / nodes_mend NODE: NODE's link down (cut off from every other node) or up again.
