@@ -54,7 +54,7 @@ mpi=(nodes_mpirun -np 4 --host "$good:2,$bad:2"
 # wait_training TAG: until rank 0 of run TAG prints its first step (every rank is in the loop).
 wait_training() {
     local _
-    for _ in $(seq 300); do
+    for _ in $(seq 600); do # up to 30 s on a loaded machine
         grep -q "^step" "$1.out" 2>/dev/null && return 0
         kill -0 "$job" 2>/dev/null || break
         sleep 0.05

@@ -135,7 +135,7 @@ nodes_mpirun -np 4 "$GALLEY" train "${spirals[@]}" data.train.files=data/spirals
     data.val.files=data/spirals-val.h5 data.loader.stage="$GL_NODES_LOCAL/ls" train.steps=10000000 \
     >ls.out 2>ls.err &
 job=$!
-for _ in $(seq 200); do
+for _ in $(seq 600); do # up to 30 s: mpirun, staging and the first step, on a loaded machine
     grep -q "^step" ls.out 2>/dev/null && break
     kill -0 "$job" 2>/dev/null || break
     sleep 0.05
