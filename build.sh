@@ -36,6 +36,7 @@ TEST_PACKAGES=(
     podman buildah debootstrap
     fuse-overlayfs squashfuse squashfs-tools inotify-tools  # podman-hpc's squashed images (test_image_podman_hpc)
     python3-torch python3-h5py python3-numpy  # tests/e2e/test_transformer_parity.sh (/usr/bin/python3)
+    iproute2  # ip netns, veth, bridge: the multi-node tests' namespaces (tests/e2e/lib/nodes.sh)
 )
 PACKAGES=("${BUILD_PACKAGES[@]}")
 
