@@ -7,9 +7,8 @@
 # (Its ranks stopped instead, SIGSTOP, is test_dist_failures.sh's hung rank: the failing node's
 # orted is there to kill them. Across nodes that took 4-5 s (measured while writing this test);
 # left out to keep the time down.)
-# The host: the message names the failed node when it can (issue 23's hang report adds host
-# names to it). Until then that is reported, not required; GL_NODES_WANT_HOST=1 (or want_host=1
-# below) makes it a requirement: the first galley error line must name the failed node.
+# The host: the hang report (dist_hang*.c) names the ranks that did not answer and their host:
+# the failed node's must be named (GL_NODES_WANT_HOST=0 only reports it).
 #
 # The launchers, and why there are 3 nodes. mpirun and srun run on the first node, which holds no
 # rank (a batch or login node); the ranks are on the other two. A node cut off answers nothing, and
@@ -33,7 +32,7 @@ need_galley
 need_cmd mpirun timeout
 [[ $GALLEY_SANITIZE == 1 ]] && skip "release tree only: cutting nodes off under ASan adds nothing but Open MPI's noise"
 
-want_host=${GL_NODES_WANT_HOST:-0} # 1: the message must name the failed node's host
+want_host=${GL_NODES_WANT_HOST:-1} # 1: the message must name the failed node's host
 timeout_s=3
 limit_s=$((timeout_s + 10))
 
@@ -68,9 +67,13 @@ wait_training() {
 check_end() {
     local tag=$1 rc=$2 secs=$3 ranks_secs=$4 msg
     [[ $rc -ne 0 && $rc -ne 124 ]] || fail "$tag: exit $rc after $secs s (want non-zero, before the harness's timeout)"
-    msg=$(grep -hE "^galley: error: rank [0-9]+ of 4: the [a-z].* at step [0-9]+ made no progress for $timeout_s s" \
+    msg=$(grep -hE "^galley: error: hang: collective #[0-9]+ \(.* at step [0-9]+\) made no progress for $timeout_s s" \
         "$tag.err" "$tag.out" | head -n 1 || true)
     [[ -n $msg ]] || fail "$tag: no message naming the collective and step: $(head -n 20 "$tag.err")"
+    # the hang report's lines about the ranks that did not answer name their host
+    local who
+    who=$(grep -hE "^galley: error: hang: ranks? [0-9-]+ of 4 \(host [^)]*\)" "$tag.err" "$tag.out" | head -n 1 || true)
+    msg="$msg / ${who#galley: error: hang: }"
     awk -v s="$ranks_secs" -v l="$limit_s" 'BEGIN { exit !(s <= l) }' ||
         fail "$tag: the good node's ranks took $ranks_secs s to end after the failure (limit $limit_s s)"
     awk -v s="$secs" -v l="$limit_s" 'BEGIN { exit !(s <= l) }' ||
