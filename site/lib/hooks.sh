@@ -270,10 +270,14 @@ gh_detect_ranks() {
     gh_nodes=$gh_val gh_nodes_var=$gh_var
     gh_rank0=1
     [[ -n $gh_rank && $gh_rank != 0 ]] && gh_rank0=0
-    # More than one node: known from Slurm; otherwise assume it of any job of several ranks.
+    # More than one node: known from Slurm, or from Open MPI when every rank is on this node
+    # (OMPI_COMM_WORLD_LOCAL_SIZE = OMPI_COMM_WORLD_SIZE: mpirun -np 4 on one machine);
+    # otherwise assume it of any job of several ranks.
     gh_multinode=0
     if [[ -n $gh_nodes ]]; then
         ((gh_nodes > 1)) && gh_multinode=1
+    elif [[ -n $gh_size && ${OMPI_COMM_WORLD_LOCAL_SIZE:-} =~ ^[0-9]+$ && $gh_size_var == OMPI_COMM_WORLD_SIZE ]]; then
+        ((OMPI_COMM_WORLD_LOCAL_SIZE < gh_size)) && gh_multinode=1
     elif [[ -n $gh_size ]]; then
         ((gh_size > 1)) && gh_multinode=1
     fi

@@ -85,6 +85,14 @@ fh_ok
 fh_expect NCCL_NET Socket
 info "user-set NCCL_NET=Socket: no error"
 
+# mpirun with every rank on this node (Open MPI's local size is the world's): one node, no error.
+fh_run GALLEY_SITE=perlmutter OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+    OMPI_COMM_WORLD_LOCAL_SIZE=4
+fh_ok
+# ... 2 of the 4 here: several nodes.
+fh_run GALLEY_SITE=perlmutter OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+    OMPI_COMM_WORLD_LOCAL_SIZE=2
+assert_rc 1
 # mpirun without Slurm: node count unknown, several ranks: treated as multi-node.
 fh_run GALLEY_SITE=perlmutter OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0
 assert_rc 1
