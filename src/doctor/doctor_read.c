@@ -18,8 +18,8 @@
 enum { READ_BLOCK = 4 << 20 };
 
 typedef struct {
-    double tmin, tmax;  // read at least tmin seconds (or the whole file once), at most tmax
-    double cap;         // bytes at most
+    double tmin, tmax;  // read for tmin seconds at least, tmax at most; between the two, until
+    double cap;         // the whole file or cap bytes have been read
 } read_limits;
 
 // Reads from fd (size bytes) starting at off, wrapping; p gets bytes and seconds. 0, or -1 (why).
@@ -37,7 +37,7 @@ static int read_loop(int fd, int64_t size, int64_t off, const read_limits *l, ch
         bytes += (double)n;
         off = (off + n) % size;
         t = dist_now() - t0;
-        if (t >= l->tmax || bytes >= l->cap || (bytes >= (double)size && t >= l->tmin)) break;
+        if (t >= l->tmax || (t >= l->tmin && (bytes >= (double)size || bytes >= l->cap))) break;
     }
     p->bytes = bytes;
     p->seconds = t;

@@ -7,6 +7,7 @@
 // network profile's name (site/profiles/NAME-*.env); --site PATH a site folder or its site.env.
 // Without --site, the site the hooks chose (the wiring report names its folder).
 #include <ctype.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,7 +87,9 @@ static int site_dirs(const doctor_wiring *w, char dirs[3][200]) {
         exe[len] = 0;
         char *slash = strrchr(exe, '/');
         if (slash) *slash = 0;
-        snprintf(dirs[n++], 200, "%s/../site", exe);
+        char up[200], real[PATH_MAX];
+        snprintf(up, sizeof up, "%.180s/../site", exe);
+        doctor_copy(dirs[n++], 200, realpath(up, real) ? real : up);
     }
     return n;
 }
@@ -197,24 +200,42 @@ void doctor_site_load(const char *asked, const doctor_wiring *w, doctor_site *s)
              asked);
 }
 
-// This rank's environment against the profiles' variables (NCCL's only matter on a GPU, Open
-// MPI's only to Open MPI).
+// Appends ", item" (or "item") to list[cap], "..." once full.
+static void list_append(char *list, size_t cap, const char *item) {
+    size_t used = strlen(list), n = strlen(item);
+    if (used && !strcmp(list + used - 3, "...")) return;
+    if (used + n + 8 > cap) {
+        if (used + 6 < cap) strcat(list, used ? ", ..." : "...");
+        return;
+    }
+    if (used) strcat(list, ", ");
+    strcat(list, item);
+}
+
+// This rank's environment against the profiles' variables, a profile at a time: "slingshot-
+// fabric.env: unset FI_PROVIDER, ...; FI_X=a (wants b)". NCCL's variables only matter on a GPU,
+// Open MPI's only to Open MPI.
 void doctor_site_check_env(const doctor_site *s, int gpu, doctor_rank *me) {
-    size_t used = 0, cap = sizeof me->env_diff;
     me->env_diff[0] = 0;
     int ompi = strstr(me->mpi.library, "Open MPI") != NULL;
     for (int i = 0; i < s->nvars; i++) {
-        const char *k = s->vars[i].key, *want = s->vars[i].value, *have = getenv(k);
-        if (!gpu && !strncmp(k, "NCCL_", 5)) continue;
-        if (!ompi && !strncmp(k, "OMPI_MCA_", 9)) continue;
-        if (have && !strcmp(have, want)) continue;
-        char one[200];
-        if (have) snprintf(one, sizeof one, "%s=%s (%s: %s)", k, have, s->vars[i].profile, want);
-        else snprintf(one, sizeof one, "%s unset (%s: %s)", k, s->vars[i].profile, want);
-        if (used + strlen(one) + 8 >= cap) {
-            if (used + 5 < cap) snprintf(me->env_diff + used, cap - used, ", ...");
-            return;
+        if (i && !strcmp(s->vars[i].profile, s->vars[i - 1].profile)) continue;  // a profile's first line only
+        char unset[200] = "", differ[200] = "";
+        for (int j = i; j < s->nvars && !strcmp(s->vars[j].profile, s->vars[i].profile); j++) {
+            const char *k = s->vars[j].key, *want = s->vars[j].value, *have = getenv(k);
+            if ((!gpu && !strncmp(k, "NCCL_", 5)) || (!ompi && !strncmp(k, "OMPI_MCA_", 9))) continue;
+            if (have && !strcmp(have, want)) continue;
+            char one[160];
+            snprintf(one, sizeof one, "%s=%.40s (wants %s)", k, have ? have : "", want);
+            list_append(have ? differ : unset, 200, have ? one : k);
         }
-        used += (size_t)snprintf(me->env_diff + used, cap - used, "%s%s", used ? ", " : "", one);
+        if (!unset[0] && !differ[0]) continue;
+        char part[480];
+        snprintf(part, sizeof part, "%s: %s%s%s%s", s->vars[i].profile, unset[0] ? "unset " : "", unset,
+                 unset[0] && differ[0] ? "; " : "", differ);
+        size_t used = strlen(me->env_diff);
+        if (used) doctor_copy(me->env_diff + used, sizeof me->env_diff - used, " | ");
+        used = strlen(me->env_diff);
+        doctor_copy(me->env_diff + used, sizeof me->env_diff - used, part);
     }
 }
