@@ -111,11 +111,12 @@ static int *doctor_rollcall(gl_dist *d, doctor_rank *me, double timeout, char (*
 
 // Phase 4: the probes. The compute probe takes the rank's cores (a share of the node's when
 // ranks are not bound). Ends the job when a group stops answering (doctor_bw says which).
-static void doctor_probes(gl_dist *d, const gl_backend *be, const int *host_of, const doctor_opts *o, doctor_rank *me) {
+static void doctor_probes(gl_dist *d, const gl_backend *be, const doctor_layout *l, const doctor_opts *o,
+                          doctor_rank *me) {
     int threads = me->bound || me->nlocal <= 1 ? me->ncores : me->ncores / me->nlocal;
     doctor_compute_probe(be, threads > 0 ? threads : 1, o->quick, me);
     for (int i = 0; i < o->ndata; i++) doctor_read_probe(&me->path[i], me->local, me->nlocal, o->quick);
-    if (doctor_bw_run(d, host_of, o, me, stderr) != 0) dist_abort(d, GL_EXIT_RUNTIME);
+    if (doctor_bw_run(d, l, o, me, stderr) != 0) dist_abort(d, GL_EXIT_RUNTIME);
     doctor_nccl_run(d, be, o, me);
 }
 
@@ -183,11 +184,11 @@ static int doctor_main(gl_dist *d, dist_capture *cap, const doctor_opts *o) {
     doctor_rank *me = gl_xcalloc(1, sizeof *me);
     doctor_site *site = gl_xcalloc(1, sizeof *site);
     const gl_backend *be = doctor_facts(d, cap, o, me, site);
-    char(*hosts)[DOCTOR_HOST] = NULL;
-    int *host_of = doctor_rollcall(d, me, o->timeout, &hosts);
-    doctor_probes(d, be, host_of, o, me);
-    code = doctor_finish(d, me, hosts, site, o, json);
-    free(host_of), free(hosts), free(site), free(me);
+    doctor_layout l = {NULL, NULL};
+    l.host_of = doctor_rollcall(d, me, o->timeout, &l.hosts);
+    doctor_probes(d, be, &l, o, me);
+    code = doctor_finish(d, me, l.hosts, site, o, json);
+    free(l.host_of), free(l.hosts), free(site), free(me);
     return code;
 }
 
@@ -199,18 +200,18 @@ int cmd_doctor(int argc, char **argv) {
     char msg[256], host[DOCTOR_HOST] = "?";
     gethostname(host, sizeof host - 1);
     snprintf(msg, sizeof msg, "galley doctor: finding: process %d on %s: MPI did not start (or finish) within %.0f s "
-                              "(--timeout + 30): a node of the job cannot be reached, or a rank did not start\n",
-             (int)getpid(), host, o.timeout);
+                              "(--timeout + 10): a node of the job cannot be reached, or a rank did not start\n",
+             (int)getpid(), host, o.timeout + 10);
     int errfd = dup(2);  // the real stderr: fd 2 goes through the capture while MPI starts
     dist_capture *cap = dist_capture_begin();
-    doctor_watchdog *w = doctor_watchdog_start(o.timeout + 30, errfd, msg);
+    doctor_watchdog *w = doctor_watchdog_start(o.timeout + 10, errfd, msg);
     gl_dist d;
     code = dist_init(&d, o.timeout, stderr);
     doctor_watchdog_stop(w);
     dist_capture_pause(cap);
     if (code == GL_EXIT_OK) code = doctor_main(&d, cap, &o);
     dist_capture_resume(cap);
-    w = doctor_watchdog_start(o.timeout + 30, errfd, msg);
+    w = doctor_watchdog_start(o.timeout + 10, errfd, msg);
     dist_finalize(&d);
     doctor_watchdog_stop(w);
     dist_capture_end(cap);

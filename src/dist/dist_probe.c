@@ -261,6 +261,14 @@ int dist_probe_gather(gl_dist *d, const void *mine, int bytes, void *all, unsign
     return lost;
 }
 
+int dist_probe_meet(gl_dist *d, unsigned char *missing, double timeout) {
+    char in = 1, *all = d->rank == 0 ? gl_xmalloc((size_t)d->world) : &in;
+    int lost = dist_probe_gather(d, &in, 1, all, missing, timeout);
+    if (all != &in) free(all);
+    if (lost) return lost;
+    return dist_probe_bcast(d, &in, 1, timeout) == 0 ? 0 : 1;
+}
+
 int dist_probe_bcast(gl_dist *d, void *buf, int bytes, double timeout) {
     if (!d->mpi || d->world == 1) return 0;
     MPI_Request r;
@@ -297,6 +305,11 @@ int dist_probe_gather(gl_dist *d, const void *mine, int bytes, void *all, unsign
     (void)d, (void)timeout;
     if (missing) missing[0] = 0;
     memcpy(all, mine, (size_t)bytes);
+    return 0;
+}
+int dist_probe_meet(gl_dist *d, unsigned char *missing, double timeout) {
+    (void)d, (void)timeout;
+    if (missing) missing[0] = 0;
     return 0;
 }
 int dist_probe_bcast(gl_dist *d, void *buf, int bytes, double timeout) {

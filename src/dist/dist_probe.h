@@ -54,6 +54,10 @@ void dist_capture_end(dist_capture *c);
 // missing[r] = 1 for each, missing has world entries or is NULL); on other ranks 0, or 1 when
 // their own send did not complete.
 int dist_probe_gather(gl_dist *d, const void *mine, int bytes, void *all, unsigned char *missing, double timeout);
+// A barrier that names who did not come: every rank checks in with rank 0, which then releases
+// them all. Rank 0 returns how many ranks did not check in within timeout (missing[r] = 1 for
+// each; then it releases no one); the others 0, or 1 when rank 0 did not release them in time.
+int dist_probe_meet(gl_dist *d, unsigned char *missing, double timeout);
 // Rank 0's buf[bytes] to every rank. 0, or -1 when it did not complete within timeout.
 int dist_probe_bcast(gl_dist *d, void *buf, int bytes, double timeout);
 // In-place maximum of v[n] over the ranks of d. 0, or -1 on timeout.

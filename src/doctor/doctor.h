@@ -126,9 +126,14 @@ void doctor_site_check_env(const doctor_site *s, int gpu, doctor_rank *me);
 void doctor_fs_probe(const char *path, doctor_path *p);
 void doctor_read_probe(doctor_path *p, int local, int nlocal, int quick);
 void doctor_compute_probe(const gl_backend *be, int threads, int quick, doctor_rank *me);
-// The MPI allreduce sweep over the node, cross-node and world groups (hosts: every rank's host
-// index, from the roll call). 0, or -1 after printing which group stopped answering.
-int doctor_bw_run(gl_dist *d, const int *host_of, const doctor_opts *o, doctor_rank *me, FILE *err);
+// Where the ranks are, from the roll call: every rank's host name, and the first rank on it.
+typedef struct {
+    char (*hosts)[DOCTOR_HOST];
+    int *host_of;
+} doctor_layout;
+// The MPI allreduce sweep over the node, cross-node and world groups. 0, or -1 after printing
+// which rank or group stopped answering.
+int doctor_bw_run(gl_dist *d, const doctor_layout *l, const doctor_opts *o, doctor_rank *me, FILE *err);
 // NCCL on GPUs: the sweep over all ranks and NCCL's report of its network, into me (nccl_note
 // says why not, or "... failed: why": a finding).
 void doctor_nccl_run(gl_dist *d, const gl_backend *be, const doctor_opts *o, doctor_rank *me);

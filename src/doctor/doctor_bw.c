@@ -49,31 +49,50 @@ static int sweep(gl_dist *sub, float *buf, const doctor_opts *o, double *bw, con
     return 0;
 }
 
-// A bounded barrier over d between phases, so that one phase's traffic does not time another's.
-static int phase_gap(gl_dist *d, const doctor_opts *o, const doctor_rank *me, FILE *err) {
-    double v = 0;
-    if (dist_probe_max(d, &v, 1, o->timeout) == 0) return 0;
-    fprintf(err, "galley doctor: finding: rank %d on %s: the ranks did not meet between bandwidth phases within "
-                 "%.0f s (--timeout): a rank hangs or its node cannot be reached\n", me->rank, me->host, o->timeout);
-    return -1;
+// A bounded barrier over d before and after each phase, so that one phase's traffic does not
+// time another's, and a rank that stopped answering is named before MPI_Comm_split waits for it.
+static int phase_gap(gl_dist *d, const doctor_opts *o, const doctor_layout *l, doctor_rank *me, FILE *err) {
+    unsigned char *missing = gl_xcalloc((size_t)d->world, 1);
+    int lost = dist_probe_meet(d, missing, o->timeout);
+    if (lost && d->rank == 0) {
+        fprintf(err, "galley doctor: finding: %d rank%s did not reach the bandwidth probe's next phase within %.0f s "
+                     "(--timeout): it hangs or its node cannot be reached:", lost, lost > 1 ? "s" : "", o->timeout);
+        for (int r = 0; r < d->world; r++)
+            if (missing[r]) fprintf(err, " rank %d on %s", r, l->hosts[r]);
+        fputc('\n', err);
+    } else if (lost) {
+        fprintf(err, "galley doctor: finding: rank %d on %s: rank 0 (on %s) did not start the bandwidth probe's next "
+                     "phase within %.0f s (--timeout)\n", me->rank, me->host, l->hosts[0], o->timeout);
+    }
+    free(missing);
+    return lost ? -1 : 0;
 }
 
 // One phase: the group of ranks passing the same color (each group sums on its own); members of
-// groups of one, or of groups not `measured`, only wait for the others.
-static int phase(gl_dist *d, int color, int measured, float *buf, const doctor_opts *o, int kind, const char *group,
-                 doctor_rank *me, FILE *err) {
+// groups of one, or of groups not `measured`, only wait for the others. MPI_Comm_split cannot
+// be bounded: all ranks meet first (bounded), and a watchdog covers the split itself.
+static int phase(gl_dist *d, int color, int measured, float *buf, const doctor_opts *o, const doctor_layout *l,
+                 int kind, const char *group, doctor_rank *me, FILE *err) {
+    if (phase_gap(d, o, l, me, err) != 0) return -1;
+    char msg[320];
+    snprintf(msg, sizeof msg, "galley doctor: finding: rank %d on %s: making the groups for the bandwidth probe did not "
+                              "complete within %.0f s (--timeout): a rank hangs or its node cannot be reached\n",
+             me->rank, me->host, o->timeout);
+    doctor_watchdog *w = doctor_watchdog_start(o->timeout, fileno(err), msg);
     gl_dist sub;
     dist_split(d, color, d->rank, &sub);
+    doctor_watchdog_stop(w);
     int rc = 0;
     if (measured && sub.world > 1) {
         me->bw_n[kind] = sub.world;
         rc = sweep(&sub, buf, o, me->bw[kind], group, me, err);
     }
     dist_split_free(&sub);
-    return rc ? rc : phase_gap(d, o, me, err);
+    return rc;
 }
 
-int doctor_bw_run(gl_dist *d, const int *host_of, const doctor_opts *o, doctor_rank *me, FILE *err) {
+int doctor_bw_run(gl_dist *d, const doctor_layout *l, const doctor_opts *o, doctor_rank *me, FILE *err) {
+    const int *host_of = l->host_of;
     if (d->world == 1) return 0;
     int hosts = 0, most = 0;  // distinct hosts, and the most ranks on one
     for (int r = 0; r < d->world; r++) {
@@ -85,10 +104,11 @@ int doctor_bw_run(gl_dist *d, const int *host_of, const doctor_opts *o, doctor_r
     float *buf = gl_xcalloc((size_t)(doctor_size_bytes(doctor_sizes(o) - 1) / 4), sizeof(float));
     char group[160];
     snprintf(group, sizeof group, "the ranks on host %s", me->host);
-    int rc = most > 1 ? phase(d, host_of[d->rank], 1, buf, o, BW_NODE, group, me, err) : 0;
+    int rc = most > 1 ? phase(d, host_of[d->rank], 1, buf, o, l, BW_NODE, group, me, err) : 0;
     if (!rc && hosts > 1)
-        rc = phase(d, me->local, me->local == 0, buf, o, BW_NET, "one rank per node (the network)", me, err);
-    if (!rc && hosts > 1) rc = phase(d, 0, 1, buf, o, BW_ALL, "all ranks", me, err);
+        rc = phase(d, me->local, me->local == 0, buf, o, l, BW_NET, "one rank per node (the network)", me, err);
+    if (!rc && hosts > 1) rc = phase(d, 0, 1, buf, o, l, BW_ALL, "all ranks", me, err);
+    if (!rc) rc = phase_gap(d, o, l, me, err);
     free(buf);
     return rc;
 }
