@@ -172,7 +172,7 @@ dist_capture *dist_capture_begin(void) {
     int len = 0;
     MPI_Get_library_version(lib, &len);  // allowed before MPI_Init
     lib[strcspn(lib, "\n,")] = 0;
-    snprintf(c->t.library, sizeof c->t.library, "%s", lib);
+    snprintf(c->t.library, sizeof c->t.library, "%.*s", (int)sizeof c->t.library - 1, lib);
     if (!strstr(lib, "Open MPI")) {
         snprintf(c->t.how, sizeof c->t.how, "not Open MPI: its transport is not determined by galley");
         return c;

@@ -156,7 +156,7 @@ static int dbl_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// The value of field `off` (a double in doctor_rank) over the ranks that have it.
+// One rank's figure to compare (i: the --data path); 0 when it has none.
 typedef double (*rank_value)(const doctor_rank *m, int i);
 static double v_gemm(const doctor_rank *m, int i) { return (void)i, m->gemm; }
 static double v_conv(const doctor_rank *m, int i) { return (void)i, m->conv; }

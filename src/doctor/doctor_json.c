@@ -1,6 +1,6 @@
 // doctor_json.c: `galley doctor --json FILE|-`: the whole report as one JSON document (schema
 // "galley_doctor": 1): the site, every rank (its probes; "answered": false for a rank that never
-// did), the bandwidth tables (bus bandwidth in GB/s per size in "sizes" bytes), the findings
+// did; memlock_bytes null: unlimited, shm_bytes null: no /dev/shm), the bandwidth tables (bus bandwidth in GB/s per size in "sizes" bytes), the findings
 // with their ranks and hosts, and "exit".
 #include <errno.h>
 #include <stdlib.h>
@@ -65,9 +65,10 @@ static void json_rank_env(jbuf *b, const doctor_rank *m) {
     jb_str(b, "gpu", m->gpu);
     jb_int(b, "gpu_numa", m->gpu_numa);
     jb_str(b, "gpu_note", m->gpu_note);
-    if (m->memlock < 0) jb_str(b, "memlock", "unlimited");
-    else jb_int(b, "memlock", m->memlock);
-    jb_int(b, "shm_bytes", m->shm);
+    if (m->memlock < 0) jb_null(b, "memlock_bytes");  // unlimited
+    else jb_int(b, "memlock_bytes", m->memlock);
+    if (m->shm < 0) jb_null(b, "shm_bytes");  // no /dev/shm
+    else jb_int(b, "shm_bytes", m->shm);
     jb_str(b, "hdf5_use_file_locking", m->hdf5_lock);
     jb_open(b, "wiring", '{');
     jb_str(b, "state", m->wiring.state);

@@ -101,7 +101,7 @@ void doctor_nccl_run(gl_dist *d, const gl_backend *be, const doctor_opts *o, doc
         snprintf(me->nccl_note, sizeof me->nccl_note, "not run: %s", gpu ? "a rank has no GPU" : "no GPU here");
         return;
     }
-    char file[256], msg[512] = "";
+    char file[256], msg[512] = "another rank could not go on";  // replaced by this rank's own error
     nccl_debug_env(file, sizeof file);
     gl_devcomm *c = devcomm_open(msg, sizeof msg);
     float *buf = c ? be->mem_alloc((size_t)doctor_size_bytes(doctor_sizes(o) - 1)) : NULL;
