@@ -115,5 +115,5 @@ void doctor_nccl_run(gl_dist *d, const gl_backend *be, const doctor_opts *o, doc
     if (buf) be->mem_free(buf);
     nccl_debug_read(file, me);
     // "failed:" in the note is a finding (doctor_findings.c)
-    snprintf(me->nccl_note, sizeof me->nccl_note, "%s%s%s", version, rc ? " failed: " : "", rc ? msg : "");
+    snprintf(me->nccl_note, sizeof me->nccl_note, "%.40s%s%.100s", version, rc ? " failed: " : "", rc ? msg : "");
 }

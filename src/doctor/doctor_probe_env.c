@@ -128,7 +128,7 @@ const gl_backend *doctor_probe_backend(const gl_dist *d, doctor_rank *me) {
     const gl_backend *be = backend_cuda(d->local_rank, msg, sizeof msg);
     if (!be) {
         snprintf(me->device, sizeof me->device, "cpu");
-        snprintf(me->gpu_note, sizeof me->gpu_note, "no GPU: %s", msg);
+        snprintf(me->gpu_note, sizeof me->gpu_note, "no GPU: %.110s", msg);
         return backend_cpu();
     }
     snprintf(me->device, sizeof me->device, "cuda");
@@ -140,6 +140,6 @@ const gl_backend *doctor_probe_backend(const gl_dist *d, doctor_rank *me) {
                  u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
         me->gpu_numa = gpu_numa(bus);
     }
-    snprintf(me->gpu_note, sizeof me->gpu_note, "bus %s: %s", bus, msg);
+    snprintf(me->gpu_note, sizeof me->gpu_note, "bus %.31s: %.80s", bus, msg);
     return be;
 }

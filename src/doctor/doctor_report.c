@@ -53,7 +53,7 @@ static void report_ranks(FILE *out, const doctor_rank *all, int world, const uns
             fprintf(out, "%4d  %-*.*s  no answer\n", r, hw, hw, m->host);
             continue;
         }
-        char lock[16], shm[16], local[16], pml[40], btl[64];
+        char lock[16], shm[16], local[16], pml[64], btl[112];
         bytes_text(m->memlock, lock, sizeof lock);
         bytes_text(m->shm, shm, sizeof shm);
         if (m->shm < 0) snprintf(shm, sizeof shm, "missing");
