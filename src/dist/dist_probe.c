@@ -3,10 +3,10 @@
 #include "dist/dist_probe.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,17 +14,6 @@
 
 #include "dist/dist_internal.h"
 #include "galley/check.h"
-
-// A line of Open MPI's framework output: "[host:pid] " then one of these.
-static const char *const ompi_verbose_starts[] = {"mca: ", "select: ", "selected ", "check:select: "};
-
-// The variables dist_capture_begin sets when nobody has: the pml's and mtl's selection lines
-// come at level 10, the BML's per-peer lines at 1; and every peer is connected in MPI_Init
-// (Open MPI connects lazily beyond 32 ranks by default), so all of its lines come there.
-static const char *const ompi_capture_vars[][2] = {{"OMPI_MCA_pml_base_verbose", "10"},
-                                                   {"OMPI_MCA_mtl_base_verbose", "10"},
-                                                   {"OMPI_MCA_btl_base_verbose", "1"},
-                                                   {"OMPI_MCA_mpi_add_procs_cutoff", "1000000000"}};
 
 struct dist_capture {
     int real_fd;        // the original stderr (dup)
@@ -56,6 +45,17 @@ void dist_capture_transport(dist_capture *c, dist_transport *t) {
 #include <mpi.h>
 
 #define COMM(d) (*(MPI_Comm *)(d)->comm)
+
+// A line of Open MPI's framework output: "[host:pid] " then one of these.
+static const char *const ompi_verbose_starts[] = {"mca: ", "select: ", "selected ", "check:select: "};
+
+// The variables dist_capture_begin sets when nobody has: the pml's and mtl's selection lines
+// come at level 10, the BML's per-peer lines at 1; and every peer is connected in MPI_Init
+// (Open MPI connects lazily beyond 32 ranks by default), so all of its lines come there.
+static const char *const ompi_capture_vars[][2] = {{"OMPI_MCA_pml_base_verbose", "10"},
+                                                   {"OMPI_MCA_mtl_base_verbose", "10"},
+                                                   {"OMPI_MCA_btl_base_verbose", "1"},
+                                                   {"OMPI_MCA_mpi_add_procs_cutoff", "1000000000"}};
 
 static void list_add(char *list, size_t cap, const char *name) {
     size_t n = strlen(name);
