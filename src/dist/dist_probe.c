@@ -23,6 +23,8 @@ struct dist_capture {
     int threaded;
     atomic_int stop;
     pthread_mutex_t mu;
+    pthread_cond_t synced;  // signalled when the thread reads the sync line dist_capture_pause writes
+    int nsync;          // sync lines read (under mu)
     dist_transport t;   // under mu
     char types[8][2][24];  // "initializing <type> component <name>": the last 8 (name, type)
     int ntypes;
@@ -104,9 +106,18 @@ static int capture_line(dist_capture *c, char *line) {
     return 0;
 }
 
+// What dist_capture_pause writes into the pipe: once the thread reads it, it has read
+// everything written before.
+static const char capture_sync[] = "\001galley capture sync";
+
 static void capture_flush_line(dist_capture *c, int partial) {
     c->line[c->len] = 0;
-    if (partial || !capture_line(c, c->line)) {
+    if (!partial && !strcmp(c->line, capture_sync)) {
+        pthread_mutex_lock(&c->mu);
+        c->nsync++;
+        pthread_cond_signal(&c->synced);
+        pthread_mutex_unlock(&c->mu);
+    } else if (partial || !capture_line(c, c->line)) {
         if (!partial) c->line[c->len++] = '\n';
         ssize_t w = write(c->real_fd, c->line, c->len);
         (void)w;  // nowhere left to report a failing stderr
@@ -167,6 +178,7 @@ dist_capture *dist_capture_begin(void) {
     if (!launched_by_mpi()) return NULL;
     dist_capture *c = gl_xcalloc(1, sizeof *c);
     pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->synced, NULL);
     c->real_fd = c->pipe_rd = c->pipe_wr = -1;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
     int len = 0;
@@ -203,6 +215,7 @@ void dist_capture_end(dist_capture *c) {
         close(c->real_fd);
     }
     pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->synced);
     free(c);
 }
 
@@ -210,6 +223,21 @@ void dist_capture_pause(dist_capture *c) {
     if (!c || !c->threaded) return;
     fflush(stderr);
     dup2(c->real_fd, 2);
+    // Wait (a second at most) until the thread has read what MPI_Init wrote: then the
+    // transport is complete when asked for. (The write may block on a full pipe: not under mu,
+    // which the thread needs to drain it.)
+    pthread_mutex_lock(&c->mu);
+    int want = c->nsync + 1;
+    pthread_mutex_unlock(&c->mu);
+    char line[sizeof capture_sync + 1];
+    snprintf(line, sizeof line, "%s\n", capture_sync);
+    if (write(c->pipe_wr, line, strlen(line)) != (ssize_t)strlen(line)) return;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    pthread_mutex_lock(&c->mu);
+    while (c->nsync < want && pthread_cond_timedwait(&c->synced, &c->mu, &until) == 0) {}
+    pthread_mutex_unlock(&c->mu);
 }
 
 void dist_capture_resume(dist_capture *c) {
