@@ -19,6 +19,7 @@ static const struct {
     {"train", cmd_train}, {"check", cmd_check}, {"info", cmd_info}, {"report", cmd_report},
     {"help", cmd_help},   {"data", cmd_data},   {"ckpt", cmd_ckpt}, {"eval", cmd_eval},
     {"sweep", cmd_sweep},  // hyperparameter sweeps: src/cli/cmd_sweep.c, src/sweep/
+    {"doctor", cmd_doctor},  // checks a job's ranks and nodes: src/cli/cmd_doctor.c, src/doctor/
 };
 
 int main(int argc, char **argv) {

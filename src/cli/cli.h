@@ -13,6 +13,7 @@ int cmd_data(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_sweep(int argc, char **argv);  // cmd_sweep.c (src/sweep/)
+int cmd_doctor(int argc, char **argv); // cmd_doctor.c (src/doctor/)
 void cli_sweep_usage(FILE *out);       // `galley help sweep`
 void cli_usage(FILE *out);
 // Help text for one command, or -1 if there is no such command.

@@ -24,6 +24,9 @@ void cli_usage(FILE *out) {
           "                                 trials on groups of ranks, results.csv, best.yaml\n"
           "  info [--wiring]                version, build features, CPU, GPUs, MPI and NCCL (--wiring: what\n"
           "                                 the container's site hooks set up)\n"
+          "  doctor [--site S] [--data P] [--json F] [--quick]\n"
+          "                                 check every rank and node before a job: binding, limits,\n"
+          "                                 transports, bandwidth, compute and read speed\n"
           "  data synth KIND OUT.h5 [k=v]   write a synthetic data set as HDF5\n"          "  data inspect FILE.h5           datasets, shapes, dtypes, chunks, filters, min/max/mean\n"
           "  data bench RECIPE [k=v]        the data loader's throughput alone (read, full, synthetic)\n"
           "  ckpt inspect FILE [--recipe]   what a checkpoint holds, every checksum verified\n"
@@ -85,6 +88,34 @@ static void help_data(FILE *out) {
           out);
 }
 
+// `galley help doctor`.
+static void help_doctor(FILE *out) {
+    fputs("usage: galley doctor [--site NAME|PATH] [--data PATH]... [--json FILE|-] [--quick] [--timeout S]\n\n"
+          "Run it the way the job will run (mpirun -np N galley doctor, srun --mpi=pmix ... podman-hpc run\n"
+          "... galley doctor) or alone. Every rank reports, and rank 0 prints one line per rank and the findings:\n"
+          "  - host name, local rank, the cores it is bound to and their NUMA node, its GPU's UUID and NUMA\n"
+          "    node, ulimit -l, the size of /dev/shm, HDF5_USE_FILE_LOCKING, what the site hooks reported;\n"
+          "  - the transport MPI really selected (Open MPI: pml, mtl, and the btl to peers on the node and\n"
+          "    on other nodes, from its own selection lines) and, on GPUs, NCCL's (its NCCL_DEBUG=INFO\n"
+          "    report: plugin or Socket), against the site's profiles;\n"
+          "  - allreduce bus bandwidth over MPI (and NCCL on GPUs) from 1 KiB to 256 MiB (--quick: 16 MiB)\n"
+          "    within each node, across nodes (one rank per node) and over all ranks;\n"
+          "  - GEMM and 3x3 convolution GFLOP/s on the device training uses, and MB/s reading each --data\n"
+          "    file (a folder: its first file); a rank more than 15% below the median is a finding.\n\n"
+          "--site NAME|PATH  the site to check against: a site folder's name (site/sites/NAME, as\n"
+          "                  GALLEY_SITE), a network profile's (slingshot: site/profiles/slingshot-*.env),\n"
+          "                  or a site folder or site.env path. Default: the site the hooks chose.\n"
+          "--data PATH       a data file or folder to read and check for HDF5 locking (up to 4)\n"
+          "--json FILE|-     the whole report as JSON (-: on stdout; the table then goes to stderr)\n"
+          "--quick           shorter probes, bandwidth up to 16 MiB (a few seconds)\n"
+          "--timeout S       how long any wait on another rank may take (default 60): a rank or node\n"
+          "                  that does not answer is named, and the job ends\n\n"
+          "Exit codes: 0 healthy, 1 a finding (including a site profile that does not exist, a data\n"
+          "path that cannot be read, a rank that does not answer), 2 cannot run (bad arguments, --json\n"
+          "not writable).\n",
+          out);
+}
+
 int cli_help_for(const char *c, FILE *out) {
     if (!strcmp(c, "train")) {
         help_train(out);
@@ -136,6 +167,8 @@ int cli_help_for(const char *c, FILE *out) {
               out);
     } else if (!strcmp(c, "data")) {
         help_data(out);
+    } else if (!strcmp(c, "doctor")) {
+        help_doctor(out);
     } else if (!strcmp(c, "help")) {
         fputs("usage: galley help [COMMAND | recipe]\n\n"
               "`galley help recipe` prints the recipe reference (Markdown) that the README carries.\n",
