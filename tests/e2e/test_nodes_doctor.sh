@@ -55,5 +55,6 @@ assert f and all(x["ranks"] == [1] and x["hosts"] == [sys.argv[2]] for x in f), 
 assert d["bandwidth"].get("net"), "no allreduce sweep across the nodes"
 PYEOF
 info "2 nodes, the second slowed: flagged in $secs s: $(grep -E "^  - rank 1 on" <<<"$OUT" | head -2 | tr '\n' ' ')"
-info "across the nodes: $(grep -iE "bandwidth|across|net" <<<"$OUT" | head -3 | tr '\n' ' ')"
+info "doctor's report:"
+sed 's/^/    | /' <<<"$OUT"
 info "ok"
