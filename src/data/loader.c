@@ -41,6 +41,7 @@ typedef struct {
     // and not which reader thread got there first
     int64_t skip_pos;
     char skip_msg[1024];
+    char err[1024];  // why the batch failed (its own: a later batch may fail too before it is served)
     float *x, *values;
     int32_t *labels;
     int64_t *samples;  // served (a skipped sample's replacement in its place)
@@ -96,7 +97,6 @@ struct gl_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
-    char err[1024];
     double wait_total;
 
     char *stage_dir;
@@ -529,7 +529,7 @@ static void *reader_main(void *arg) {
             pthread_mutex_lock(&L->mu);
             s->skipped += skipped;
             if (rc) {
-                if (!s->failed) snprintf(L->err, sizeof L->err, "%s", msg);
+                if (!s->failed) snprintf(s->err, sizeof s->err, "%s", msg);
                 s->failed = 1;
             }
             s->done += m;
@@ -705,7 +705,7 @@ static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
     if (!L->skip_first[0] && s->skip_msg[0]) snprintf(L->skip_first, sizeof L->skip_first, "%s", s->skip_msg);
     int failed = s->failed;
     char msg[1024];
-    if (failed) snprintf(msg, sizeof msg, "%s", L->err);
+    if (failed) snprintf(msg, sizeof msg, "%s", s->err);
     pthread_mutex_unlock(&L->mu);
     memset(b, 0, sizeof *b);
     b->wait_s = now_s() - t0;
