@@ -27,7 +27,8 @@ void loader_cache_decide(int mode, double share, double bytes, uint64_t host, in
 }
 
 static void size_words(double bytes, char *buf, size_t len) {
-    if (bytes < 1024.0 * 1048576) snprintf(buf, len, "%.1f MiB", bytes / 1048576);
+    if (bytes < 1048576) snprintf(buf, len, "%.1f KiB", bytes / 1024);
+    else if (bytes < 1024.0 * 1048576) snprintf(buf, len, "%.1f MiB", bytes / 1048576);
     else snprintf(buf, len, "%.2f GiB", bytes / 1073741824);
 }
 
