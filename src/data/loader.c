@@ -554,21 +554,8 @@ static void *reader_main(void *arg) {
 
 // ---- open / next / free ----------------------------------------------------------------------
 
-int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE *err) {
-    *out = NULL;
-    gl_loader *L = gl_xcalloc(1, sizeof *L);
-    L->seed = (uint64_t)r->seed;
-    L->split = p->split;
-    L->train = p->split == SPLIT_TRAIN;
-    L->rank = p->rank;
-    L->world = p->world > 0 ? p->world : 1;
-    GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
-    L->perm_epoch = -1;
-    L->ops = source_ops(r->data.source);
-    if (L->ops->open(&L->src, r, p->split, err)) {
-        free(L);
-        return GL_EXIT_USAGE;
-    }
+// The opened split's shapes, and what happens to its samples (augmentation, NaN/Inf).
+static void describe_split(gl_loader *L, const recipe_t *r, const loader_params *p) {
     gl_dataset d;
     L->ops->describe(L->src, &d, &L->xfull, &L->tfull, &L->aug.crop);
     L->shape = d;
@@ -589,58 +576,36 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->skip_nonfinite = L->ops->nonfinite && r->data.nonfinite == DATA_NONFINITE_SKIP;
     L->serve_only = p->serve_only;
     atomic_init(&L->skipped, 0);
-    if (L->train && L->aug.rotate && L->nd >= 2) {
-        for (int k = 1; k < L->nd; k++)
-            if (d.shape.d[1 + k] != d.shape.d[1]) {
-                char sh[64];
-                shape_format(&d.shape, sh, sizeof sh);
-                fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
-                             "data.crop to a size that fits, or turn rotate off\n", sh);
-                L->ops->free(L->src);
-                free(L);
-                return GL_EXIT_USAGE;
-            }
-    }
+}
 
-    load_plan pl;
-    make_plan(r, p, L->ops, &d, &L->xfull, &L->tfull, L->aug.crop, &pl);
-    L->batch = pl.batch;
-    L->cap = pl.cap;
-    L->nslots = (int)pl.nslots;
-    L->nthreads = (int)pl.threads;
-    L->drop_last = r->data.loader.drop_last && L->train;
-    L->bpe = loader_batches(d.n, L->batch, L->drop_last);
-
-    L->cache = pl.cache;
-    L->fill_n = pl.fill_n;
-    L->run_max = pl.run_max;
-
-    arena_init(&L->arena, arena_bytes(L->ops, L->src, &pl));
-    L->perm = arena_alloc(&L->arena, (size_t)d.n * sizeof(int64_t));
+// The arena as plan pl counts it: the order, the in-memory data or the cache, the batch slots.
+static void carve_memory(gl_loader *L, const recipe_t *r, const load_plan *pl) {
+    const gl_dataset *d = &L->shape;
+    arena_init(&L->arena, arena_bytes(L->ops, L->src, pl));
+    L->perm = arena_alloc(&L->arena, (size_t)d->n * sizeof(int64_t));
     if (L->ops->load) {
         L->ops->load(L->src, r, &L->arena);
-    } else if (pl.cache.on) {
-        L->cache_x = arena_floats(&L->arena, d.n * L->xfull_n);
-        if (d.target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d.n * L->tfull_n);
-        else L->cache_l = arena_alloc(&L->arena, (size_t)(d.n * L->tfull_n) * 4);
-        L->cache_state = arena_alloc(&L->arena, (size_t)d.n);  // zeroed: empty
-        if (L->fill_n > 1) L->fill_state = arena_alloc(&L->arena, (size_t)((d.n + L->fill_n - 1) / L->fill_n));
+    } else if (pl->cache.on) {
+        L->cache_x = arena_floats(&L->arena, d->n * L->xfull_n);
+        if (d->target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d->n * L->tfull_n);
+        else L->cache_l = arena_alloc(&L->arena, (size_t)(d->n * L->tfull_n) * 4);
+        L->cache_state = arena_alloc(&L->arena, (size_t)d->n);  // zeroed: empty
+        if (L->fill_n > 1) L->fill_state = arena_alloc(&L->arena, (size_t)((d->n + L->fill_n - 1) / L->fill_n));
     }
     L->slots = gl_xcalloc((size_t)L->nslots, sizeof(slot));
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];
-        s->x = arena_floats(&L->arena, L->cap * d.size);
-        if (d.target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d.tsize);
-        else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d.tsize) * 4);
+        s->x = arena_floats(&L->arena, L->cap * d->size);
+        if (d->target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d->tsize);
+        else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d->tsize) * 4);
         s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
         s->order = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
         s->work = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
     }
-    if (L->ops->files && r->data.loader.stage && stage_files(L, r, p, err)) {
-        loader_free(L);
-        return GL_EXIT_USAGE;
-    }
+}
 
+// Each reader's cursor and scratch (worker_bytes), then the threads.
+static void start_readers(gl_loader *L, const loader_params *p) {
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
     L->th = gl_xcalloc((size_t)L->nthreads, sizeof(pthread_t));
@@ -667,6 +632,56 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         arg[0] = L, arg[1] = &L->w[t];
         GL_CHECK(pthread_create(&L->th[t], NULL, reader_main, arg) == 0, "cannot start a reader thread");
     }
+}
+
+int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE *err) {
+    *out = NULL;
+    gl_loader *L = gl_xcalloc(1, sizeof *L);
+    L->seed = (uint64_t)r->seed;
+    L->split = p->split;
+    L->train = p->split == SPLIT_TRAIN;
+    L->rank = p->rank;
+    L->world = p->world > 0 ? p->world : 1;
+    GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
+    L->perm_epoch = -1;
+    L->ops = source_ops(r->data.source);
+    if (L->ops->open(&L->src, r, p->split, err)) {
+        free(L);
+        return GL_EXIT_USAGE;
+    }
+    describe_split(L, r, p);
+    gl_dataset d = L->shape;
+    if (L->train && L->aug.rotate && L->nd >= 2) {
+        for (int k = 1; k < L->nd; k++)
+            if (d.shape.d[1 + k] != d.shape.d[1]) {
+                char sh[64];
+                shape_format(&d.shape, sh, sizeof sh);
+                fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
+                             "data.crop to a size that fits, or turn rotate off\n", sh);
+                L->ops->free(L->src);
+                free(L);
+                return GL_EXIT_USAGE;
+            }
+    }
+
+    load_plan pl;
+    make_plan(r, p, L->ops, &d, &L->xfull, &L->tfull, L->aug.crop, &pl);
+    L->batch = pl.batch;
+    L->cap = pl.cap;
+    L->nslots = (int)pl.nslots;
+    L->nthreads = (int)pl.threads;
+    L->drop_last = r->data.loader.drop_last && L->train;
+    L->bpe = loader_batches(d.n, L->batch, L->drop_last);
+
+    L->cache = pl.cache;
+    L->fill_n = pl.fill_n;
+    L->run_max = pl.run_max;
+    carve_memory(L, r, &pl);
+    if (L->ops->files && r->data.loader.stage && stage_files(L, r, p, err)) {
+        loader_free(L);
+        return GL_EXIT_USAGE;
+    }
+    start_readers(L, p);
     *out = L;
     return 0;
 }
