@@ -11,6 +11,14 @@
 // otherwise it is kept, smaller. Validation always covers every sample once.
 // Content. A sample's bytes depend only on (seed, epoch, sample): reading, transform, crop and
 // augmentation happen on reader threads, and any number of them gives the same batches.
+// Cache. data.loader.cache: memory keeps each decoded sample (before crop and augmentation) the
+// first time a reader needs it, so later epochs read no files; auto (the default) does so for a
+// split whose cache fits in data.loader.cache_share of the machine's memory (divided among the
+// processes on it; each split judged on its own), none never. A cache is filled in blocks of
+// consecutive samples, one read each (the first sample a reader needs claims its block).
+// Runs. Without a cache (and without data.crop) a reader takes the consecutive samples of a batch
+// (in sample order) together and reads them in one call, so validation batches and large training
+// batches read few, long runs. Neither changes a byte of what is served.
 // Non-finite inputs. data.nonfinite: error fails loader_next naming file, dataset and sample;
 // skip serves the next valid sample of the same local batch (cyclically) in the bad one's place
 // (b.samples says which), so batch sizes and the order stay as above; loader_skipped counts them.
@@ -56,6 +64,7 @@ typedef struct {
     int64_t epochs;     // epochs the run will take (staging copies what they read); 0: train.epochs
     bool serve_only;    // benchmarks: batches of zeros copied from memory, nothing read (the loader's overhead)
     int64_t start;      // the first batch served: stream batch k (epoch k / B + 1, index k % B); resume
+    int node_ranks;     // processes on this machine, each with its own cache (data.loader.cache: auto); 0: 1
 } loader_params;
 
 void loader_default_params(loader_params *p);
@@ -111,6 +120,28 @@ int64_t loader_skipped(gl_loader *L, char *first, size_t len);
 // Where staged files went (NULL: not staged).
 const char *loader_stage_dir(const gl_loader *L);
 void loader_free(gl_loader *L);
+
+// ---- the memory cache (data.loader.cache) -----------------------------------------------------
+
+// Whether a split is cached, and why (see "Cache" above).
+typedef struct {
+    int mode;           // DATA_CACHE_* asked for
+    bool on;            // the split is cached
+    double bytes;       // what its cache takes, whether on or not; 0: a source held in memory (none)
+    double share;       // data.loader.cache_share
+    double host;        // the machine's memory (0: unknown, then auto does not cache)
+    int node_ranks;     // processes on the machine sharing it
+    double budget;      // auto: share x host / node_ranks, the most the cache may take
+} loader_cache_plan;
+
+// The plan for a split whose cache takes bytes (a pure function: the tests' door).
+void loader_cache_decide(int mode, double share, double bytes, uint64_t host, int node_ranks, loader_cache_plan *c);
+// The plan loader_open followed for L's split.
+const loader_cache_plan *loader_cache(const gl_loader *L);
+// One line for the start banner saying, for both splits, whether they are cached, their size and
+// why ("data cache (data.loader.cache: auto, ...): training split cached in memory (3.2 MiB); ...").
+// 0 with buf empty for a source held in memory (synthetic data: there is nothing to cache).
+int loader_cache_note(const gl_loader *train, const gl_loader *val, char *buf, size_t len);
 
 // ---- benchmark (`galley data bench`) ----------------------------------------------------------
 

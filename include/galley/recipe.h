@@ -36,7 +36,7 @@ enum { DATA_LAYOUT_CHANNELS_FIRST = 0, DATA_LAYOUT_CHANNELS_LAST = 1 };
 enum { DATA_TARGET_CLASS = 0, DATA_TARGET_MASK = 1, DATA_TARGET_VALUES = 2 };
 enum { DATA_TRANSFORM_NONE = 0, DATA_TRANSFORM_LOG1P = 1 };
 enum { DATA_NORM_NONE = 0, DATA_NORM_MINMAX = 1, DATA_NORM_STANDARD = 2 };
-enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1 };
+enum { DATA_CACHE_NONE = 0, DATA_CACHE_MEMORY = 1, DATA_CACHE_AUTO = 2 };
 enum { DATA_NONFINITE_ERROR = 0, DATA_NONFINITE_SKIP = 1 };
 // The order of src/data/synth_registry.c (include/galley/synth.h looks kinds up by name).
 enum { SYNTH_SPIRALS = 0, SYNTH_BLOBS, SYNTH_SHAPES2D, SYNTH_COSMO3D, SYNTH_CLIMATE2D, SYNTH_NBODY3D, SYNTH_WEATHER2D };
@@ -81,6 +81,7 @@ typedef struct {
             int64_t threads, prefetch;
             bool drop_last;
             int cache;          // DATA_CACHE_*
+            double cache_share; // auto: a split is cached when it fits in this share of host memory
             const char *stage;  // NULL: read in place
         } loader;
         struct {

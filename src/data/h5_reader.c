@@ -65,6 +65,8 @@ struct h5cursor {
     int32_t *iscratch;
     double *dscratch;  // one sample's labels or mask as stored floats (yfloat)
     bool nonfinite;  // the last read failed because x holds NaN or Inf
+    void *runx, *runy;         // a run's x and y as stored, where they need converting (h5src_read_run)
+    size_t runx_len, runy_len;
 };
 
 // ---- file lists ------------------------------------------------------------------------------
@@ -708,6 +710,8 @@ void h5cursor_free(h5cursor *c) {
     free(c->span);
     free(c->iscratch);
     free(c->dscratch);
+    free(c->runx);
+    free(c->runy);
     free(c);
 }
 
@@ -861,33 +865,48 @@ static int read_field(const h5src *s, h5cursor *c, hid_t d, int64_t j, int64_t c
     return xf_sample(p, buf, out, bad_c, bad_v, bad) ? -2 : 0;
 }
 
+// x of sample i (index j in path) holds bad, a NaN or Inf, at channel bq, element bv.
+static void nonfinite_message(char *msg, size_t len, const h5src *s, h5cursor *c, const char *path, int64_t i,
+                              int64_t j, int64_t bq, int64_t bv, float bad) {
+    snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element %lld", path,
+             s->xname, (long long)i, (long long)j, bad, (long long)bq, (long long)bv);
+    c->nonfinite = true;
+}
+
+// Makes file fi the cursor's open file (its datasets, x's dtype, direct crop offsets). 0, or -1
+// with msg naming the file.
+static int cursor_open(const h5src *s, h5cursor *c, int fi, char *msg, size_t len) {
+    if (c->file == fi) return 0;
+    const char *path = s->files[fi].path;
+    cursor_close(c);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t fapl = h5_fapl();
+    c->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    c->dx = c->f >= 0 ? H5Dopen2(c->f, s->xname, H5P_DEFAULT) : -1;
+    c->dy = c->f >= 0 ? H5Dopen2(c->f, s->yname, H5P_DEFAULT) : -1;
+    if (c->dx < 0 || c->dy < 0) {
+        snprintf(msg, len, "%s: cannot open the file or its datasets '%s', '%s' (changed since the start?)", path,
+                 s->xname, s->yname);
+        cursor_close(c);
+        return -1;
+    }
+    c->file = fi;
+    cursor_pick_xtype(c);
+    if (s->crop > 0 && s->sd >= 2 && (s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->xrank == 2)) {
+        c->xat = direct_offset(c, c->dx, c->xmem, path);
+        if (s->yfield) c->yat = direct_offset(c, c->dy, H5T_NATIVE_FLOAT, path);
+    }
+    return 0;
+}
+
 int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float *x, int32_t *labels, float *values,
                char *msg, size_t len) {
     int64_t j;
     int fi = h5src_file_of(s, i, &j);
     c->nonfinite = false;
     const char *path = s->files[fi].path;
-    if (c->file != fi) {
-        cursor_close(c);
-        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        hid_t fapl = h5_fapl();
-        c->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-        H5Pclose(fapl);
-        c->dx = c->f >= 0 ? H5Dopen2(c->f, s->xname, H5P_DEFAULT) : -1;
-        c->dy = c->f >= 0 ? H5Dopen2(c->f, s->yname, H5P_DEFAULT) : -1;
-        if (c->dx < 0 || c->dy < 0) {
-            snprintf(msg, len, "%s: cannot open the file or its datasets '%s', '%s' (changed since the start?)", path,
-                     s->xname, s->yname);
-            cursor_close(c);
-            return -1;
-        }
-        c->file = fi;
-        cursor_pick_xtype(c);
-        if (s->crop > 0 && s->sd >= 2 && (s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->xrank == 2)) {
-            c->xat = direct_offset(c, c->dx, c->xmem, path);
-            if (s->yfield) c->yat = direct_offset(c, c->dy, H5T_NATIVE_FLOAT, path);
-        }
-    }
+    if (cursor_open(s, c, fi, msg, len)) return -1;
     int crop = off && s->crop > 0;
     int64_t vol = 1;
     for (int k = 0; k < s->sd; k++) vol *= crop ? s->crop : s->sp[k];
@@ -903,9 +922,7 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
         return -1;
     }
     if (xr == -2) {
-        snprintf(msg, len, "%s: '%s' sample %lld (index %lld in the file) holds %g at channel %lld, element %lld",
-                 path, s->xname, (long long)i, (long long)j, bad, (long long)bq, (long long)bv);
-        c->nonfinite = true;
+        nonfinite_message(msg, len, s, c, path, i, j, bq, bv, bad);
         return -1;
     }
 
@@ -947,4 +964,100 @@ int h5src_read(const h5src *s, h5cursor *c, int64_t i, const int64_t *off, float
             labels[v] = (int32_t)val;
         }
     return 0;
+}
+
+// ---- reading runs ------------------------------------------------------------------------------
+
+// *buf with room for len bytes (grown as needed; the cursor keeps it).
+static void *grow(void **buf, size_t *cap, size_t len) {
+    if (*cap < len) {
+        free(*buf);
+        *buf = gl_xmalloc(len);
+        *cap = len;
+    }
+    return *buf;
+}
+
+// Samples [j, j + m) of stacked dataset d, whole (r per-sample axes of extents dims), as type into
+// buf: one hyperslab, one HDF5 read.
+static herr_t read_samples(hid_t d, int64_t j, int64_t m, int r, const hsize_t *dims, hid_t type, void *buf) {
+    hsize_t st[8] = {(hsize_t)j}, ct[8] = {(hsize_t)m};
+    for (int k = 0; k < r; k++) st[1 + k] = 0, ct[1 + k] = dims[k];
+    hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1 + r, ct, NULL);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, ct, NULL);
+    herr_t rc = H5Dread(d, type, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return rc;
+}
+
+// Samples [i, i + m), [j, j + m) of the cursor's open file, as h5src_read gives them one by one
+// (off NULL): x and y read as one hyperslab each, then converted and checked sample by sample.
+// m, or the count valid before sample i + k, which msg names; -1 when HDF5 could not read the
+// run (the caller reads it sample by sample, and each read says what is wrong).
+static int64_t run_in_file(const h5src *s, h5cursor *c, int64_t i, int64_t j, int64_t m, float *x, int32_t *labels,
+                           float *values, char *msg, size_t len) {
+    const char *path = s->files[c->file].path;
+    int64_t vol = 1, xn, yn = shape_size(&s->tfull);
+    for (int k = 0; k < s->sd; k++) vol *= s->sp[k];
+    xn = s->c * vol;
+    int cf = s->layout == DATA_LAYOUT_CHANNELS_FIRST || s->sd == 0 || s->xrank == 2;
+    xf_params xp = {.dtype = c->xdt, .channels_last = !cf, .log1p = s->transform == DATA_TRANSFORM_LOG1P,
+                    .check = true, .c = s->c, .vol = vol, .shift = s->fshift, .scale = s->fscale};
+    size_t es = H5Tget_size(c->xmem);
+    bool xin = xp.dtype == XF_F32 && cf && !xp.log1p && !xp.shift && !xp.scale;  // read in place, then checked
+    void *xb = xin ? (void *)x : grow(&c->runx, &c->runx_len, (size_t)(m * xn) * es);
+    // y as stored where it is converted: float labels as doubles, channels-last fields as floats
+    bool lab = s->target != DATA_TARGET_VALUES, ycl = s->yfield && !cf;
+    hid_t yt = lab ? (s->yfloat ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT32) : H5T_NATIVE_FLOAT;
+    void *yb = lab && s->yfloat ? grow(&c->runy, &c->runy_len, (size_t)(m * yn) * sizeof(double))
+               : ycl            ? grow(&c->runy, &c->runy_len, (size_t)(m * yn) * sizeof(float))
+               : lab            ? (void *)labels
+                                : (void *)values;
+    if (read_samples(c->dx, j, m, s->xrank, s->xdims, c->xmem, xb) < 0 ||
+        read_samples(c->dy, j, m, s->yrank, s->ydims, yt, yb) < 0)
+        return -1;
+    for (int64_t q = 0; q < m; q++) {
+        int64_t bq = 0, bv = 0;
+        float bad = 0;
+        if (xf_sample(&xp, (const char *)xb + (size_t)(q * xn) * es, x + q * xn, &bq, &bv, &bad)) {
+            nonfinite_message(msg, len, s, c, path, i + q, j + q, bq, bv, bad);
+            return q;
+        }
+        if (ycl) {
+            xf_params yp = {.dtype = XF_F32, .channels_last = true, .c = s->yc, .vol = vol};
+            xf_sample(&yp, (const float *)yb + q * yn, values + q * yn, NULL, NULL, NULL);
+        }
+        for (int64_t v = 0; lab && v < yn; v++) {
+            double val = s->yfloat ? ((const double *)yb)[q * yn + v] : labels[q * yn + v];
+            if (label_bad(val, s->classes)) {
+                label_message(msg, len, s, path, i + q, j + q, v, val);
+                return q;
+            }
+            labels[q * yn + v] = (int32_t)val;
+        }
+    }
+    return m;
+}
+
+int64_t h5src_read_run(const h5src *s, h5cursor *c, int64_t i, int64_t n, float *x, int32_t *labels, float *values,
+                       char *msg, size_t len) {
+    int64_t xn = shape_size(&s->xfull), tn = shape_size(&s->tfull), done = 0;
+    while (done < n) {
+        int64_t at = i + done, j;
+        int fi = h5src_file_of(s, at, &j);
+        int64_t m = n - done < s->files[fi].n - j ? n - done : s->files[fi].n - j, k = -1;
+        float *xo = x + done * xn, *vo = values ? values + done * tn : NULL;
+        int32_t *lo = labels ? labels + done * tn : NULL;
+        c->nonfinite = false;
+        if (m > 1 && !s->per_file && cursor_open(s, c, fi, msg, len) == 0) k = run_in_file(s, c, at, j, m, xo, lo, vo, msg, len);
+        if (k < 0)  // one sample at a time: a run of one, or one HDF5 could not read as a whole
+            for (k = 0; k < m; k++)
+                if (h5src_read(s, c, at + k, NULL, xo + k * xn, lo ? lo + k * tn : NULL, vo ? vo + k * tn : NULL, msg,
+                               len))
+                    break;
+        done += k;
+        if (k < m) return done;
+    }
+    return n;
 }

@@ -2,13 +2,14 @@
 //
 // The stream of batches is numbered k = 0, 1, ...: batch k is epoch k / B + 1, index k % B
 // (B batches per epoch) and lives in slot k % prefetch. Readers work sample by sample: they claim
-// the next unclaimed sample of the newest started batch, or start batch k + 1 when its slot is
+// the next unclaimed sample of the newest started batch (with runs, the next stretch of
+// consecutive samples, taken in sample order: slot.work), or start batch k + 1 when its slot is
 // free, or wait. The trainer takes batches in order (loader_next) and gives slots back
 // (loader_release). Each sample is produced from (seed, epoch, sample) alone, into its own place
 // in the slot, so the content does not depend on which thread made it or when.
 //
-// A sample: source (in-memory synthetic data, the memory cache, or an HDF5 read: a hyperslab when
-// cropping without cache) -> crop -> flips/rotation -> pad_crop shift -> copy into the slot ->
+// A sample: source (in-memory synthetic data, the memory cache, the reader's run, or an HDF5 read:
+// a hyperslab when cropping without cache) -> crop -> flips/rotation -> pad_crop shift -> copy into the slot ->
 // noise. Masks and field targets follow x through every geometric step.
 #include "galley/loader.h"
 
@@ -40,15 +41,19 @@ typedef struct {
     // and not which reader thread got there first
     int64_t skip_pos;
     char skip_msg[1024];
+    char err[1024];  // why the batch failed (its own: a later batch may fail too before it is served)
     float *x, *values;
     int32_t *labels;
     int64_t *samples;  // served (a skipped sample's replacement in its place)
     int64_t *order;    // as the order and shard say
+    int64_t *work;     // positions in the order readers take them: by sample, when reading runs
 } slot;
 
 typedef struct {
     void *cur;  // the source's reader state (NULL: it does not read)
     float *fx, *ft, *ax, *bx, *at, *bt;  // full-sample reads and ping-pong buffers (targets as 4-byte items)
+    float *rx, *rt;           // a run of samples read at once: [run_max, full], targets as 4-byte items
+    int64_t run_lo, run_ok;   // samples run_lo .. run_lo + run_ok - 1 are there
 } worker;
 
 struct gl_loader {
@@ -72,9 +77,13 @@ struct gl_loader {
     const gl_source_ops *ops;  // data.source's
     void *src;                 // the split, opened by ops
 
+    loader_cache_plan cache;
     float *cache_x, *cache_v;
     int32_t *cache_l;
     atomic_uchar *cache_state;  // 0 empty, 1 being filled, 2 ready
+    atomic_uchar *fill_state;   // per block of fill_n samples: 1 once a reader has claimed it (NULL: no blocks)
+    int64_t fill_n;
+    int64_t run_max;            // the most consecutive samples a reader reads in one call (1: one at a time)
 
     int64_t *perm, perm_epoch;
     slot *slots;
@@ -88,7 +97,6 @@ struct gl_loader {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
-    char err[1024];
     double wait_total;
 
     char *stage_dir;
@@ -110,14 +118,26 @@ void loader_default_params(loader_params *p) {
 
 // ---- sizes -----------------------------------------------------------------------------------
 
+// Decoded samples a reader reads in one call: a run of a batch, a block of the cache.
+enum { RUN_BYTES = 4 << 20 };
+
 typedef struct {
     gl_dataset shape;
     gl_shape xfull, tfull;
     int64_t batch, cap, nslots, threads;
+    loader_cache_plan cache;
+    int64_t fill_n, run_max;  // see gl_loader
 } load_plan;
 
-static void make_plan(const recipe_t *r, const loader_params *p, const gl_dataset *shape, const gl_shape *xfull,
-                      const gl_shape *tfull, load_plan *pl) {
+static size_t cache_bytes(int64_t n, const gl_shape *xfull, const gl_shape *tfull) {
+    return arena_round((size_t)(n * shape_size(xfull)) * sizeof(float)) + arena_round((size_t)(n * shape_size(tfull)) * 4) +
+           2 * arena_round((size_t)n);  // entries' and blocks' states
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+static void make_plan(const recipe_t *r, const loader_params *p, const gl_source_ops *ops, const gl_dataset *shape,
+                      const gl_shape *xfull, const gl_shape *tfull, int64_t crop, load_plan *pl) {
     pl->shape = *shape;
     pl->xfull = *xfull;
     pl->tfull = *tfull;
@@ -127,27 +147,41 @@ static void make_plan(const recipe_t *r, const loader_params *p, const gl_datase
     pl->cap = (pl->batch + world - 1) / world;
     pl->nslots = p->prefetch > 0 ? p->prefetch : r->data.loader.prefetch;
     pl->threads = p->threads > 0 ? p->threads : r->data.loader.threads;
+    // A source held in memory has nothing to cache; serving zeros (benchmarks) reads nothing.
+    bool reads = !ops->memory_bytes && !p->serve_only;
+    loader_cache_decide(reads ? r->data.loader.cache : DATA_CACHE_NONE, r->data.loader.cache_share,
+                        ops->memory_bytes ? 0 : (double)cache_bytes(shape->n, xfull, tfull), arena_host_memory(),
+                        p->node_ranks, &pl->cache);
+    int64_t per = (shape_size(xfull) + shape_size(tfull)) * 4, fit = clamp64(RUN_BYTES / per, 1, INT64_MAX);
+    pl->fill_n = pl->cache.on && ops->read_run ? clamp64(fit, 1, shape->n) : 1;
+    // runs: whole samples, so not with a crop (its hyperslab reads less); work's sort keys fit
+    pl->run_max = !pl->cache.on && reads && ops->read_run && crop == 0 && shape->n < INT64_MAX / (pl->cap + 1)
+                      ? clamp64(fit, 1, pl->cap)
+                      : 1;
 }
 
 static size_t slot_bytes(const load_plan *pl) {
     size_t tb = (size_t)pl->shape.tsize * 4;
     return arena_round((size_t)(pl->cap * pl->shape.size) * sizeof(float)) + arena_round((size_t)pl->cap * tb) +
-           2 * arena_round((size_t)pl->cap * sizeof(int64_t));
+           3 * arena_round((size_t)pl->cap * sizeof(int64_t));
 }
 
-static size_t arena_bytes(const recipe_t *r, const gl_source_ops *ops, const void *src, const load_plan *pl) {
+static size_t arena_bytes(const gl_source_ops *ops, const void *src, const load_plan *pl) {
     size_t b = (size_t)pl->nslots * slot_bytes(pl) + arena_round((size_t)pl->shape.n * sizeof(int64_t)) +
                16 * GL_ARENA_ALIGN;
     if (ops->memory_bytes) b += ops->memory_bytes(src);
-    else if (r->data.loader.cache == DATA_CACHE_MEMORY)
-        b += arena_round((size_t)(pl->shape.n * shape_size(&pl->xfull)) * sizeof(float)) +
-             arena_round((size_t)(pl->shape.n * shape_size(&pl->tfull)) * 4) + arena_round((size_t)pl->shape.n);
+    else if (pl->cache.on) b += cache_bytes(pl->shape.n, &pl->xfull, &pl->tfull);
     return b;
 }
 
+// A reader's scratch: full samples, ping-pong buffers, its run, and what its cursor keeps to read
+// runs and cache blocks (as stored before converting: at most 4 bytes an input item, 8 a label).
 static size_t worker_bytes(const load_plan *pl) {
     int64_t x = shape_size(&pl->xfull), t = shape_size(&pl->tfull);
-    return (size_t)(3 * x + 3 * t) * sizeof(float) + (size_t)(x > t ? x : t) * sizeof(float);
+    int64_t most = pl->run_max > pl->fill_n ? pl->run_max : pl->fill_n;
+    size_t run = pl->run_max > 1 ? (size_t)(pl->run_max * (x + t)) * 4 : 0;
+    size_t cursor = most > 1 ? (size_t)(most * (4 * x + 8 * t)) : 0;
+    return (size_t)(3 * x + 3 * t) * sizeof(float) + (size_t)(x > t ? x : t) * sizeof(float) + run + cursor;
 }
 
 size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
@@ -162,8 +196,8 @@ size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
     int64_t crop;
     ops->describe(src, &d, &xf, &tf, &crop);
     load_plan pl;
-    make_plan(r, p, &d, &xf, &tf, &pl);
-    size_t bytes = arena_bytes(r, ops, src, &pl) + (size_t)pl.threads * worker_bytes(&pl);
+    make_plan(r, p, ops, &d, &xf, &tf, crop, &pl);
+    size_t bytes = arena_bytes(ops, src, &pl) + (size_t)pl.threads * worker_bytes(&pl);
     ops->free(src);
     return bytes;
 }
@@ -262,52 +296,75 @@ static void crop_copy(int nd, int64_t ch, const int64_t *full, const int64_t *of
             }
 }
 
+// Fills the cache block holding sample i, if no reader has claimed it yet: each run of its
+// entries nobody holds is read in one call. A sample that fails is left empty: the per-sample read
+// that needs it says what is wrong (file, dataset, sample), when and as without blocks.
+static void cache_fill_block(gl_loader *L, worker *w, int64_t i, char *msg, size_t len) {
+    unsigned char zero = 0;
+    int64_t lo = i / L->fill_n * L->fill_n, hi = lo + L->fill_n < L->shape.n ? lo + L->fill_n : L->shape.n;
+    if (!atomic_compare_exchange_strong(&L->fill_state[i / L->fill_n], &zero, 1)) return;
+    int mask = L->shape.target != TARGET_VALUES;
+    for (int64_t q = lo; q < hi;) {
+        int64_t a = q;  // claim the entries from q on that no reader holds
+        while (q < hi && atomic_compare_exchange_strong(&L->cache_state[q], &zero, 1)) q++;
+        zero = 0;
+        if (a == q) {  // held by another reader, or ready
+            q++;
+            continue;
+        }
+        while (a < q) {
+            int64_t k = L->ops->read_run(L->src, w->cur, a, q - a, L->cache_x + a * L->xfull_n,
+                                         mask ? L->cache_l + a * L->tfull_n : NULL,
+                                         mask ? NULL : L->cache_v + a * L->tfull_n, msg, len);
+            for (int64_t e = a; e < a + k; e++) atomic_store(&L->cache_state[e], 2);
+            if (a + k < q) atomic_store(&L->cache_state[a + k], 0);  // failed: left to its own read
+            a += k + 1;
+        }
+    }
+}
+
 // Sample i as read or cached (or straight into the batch at pos, when nothing follows the read):
 // *x its inputs, *t its labels or values, *cropped whether the read already took plan's crop.
 static int sample_fetch(gl_loader *L, worker *w, slot *s, int64_t pos, int64_t i, const augment_plan *plan,
                         const float **xo, const void **to, int *croppedo, char *msg, size_t len) {
-    const float *x = NULL, *v = NULL;
-    const int32_t *l = NULL;
-    int cropped = 0, mask = L->shape.target != TARGET_VALUES;
+    int mask = L->shape.target != TARGET_VALUES;
+    *croppedo = 0;
     if (L->ops->sample) {
-        const void *t;
-        L->ops->sample(L->src, i, &x, &t);
-        if (mask) l = t;
-        else v = t;
-    } else {
-        unsigned char zero = 0;
-        if (L->cache_state && atomic_load(&L->cache_state[i]) == 2) {
-            // cached
-        } else if (L->cache_state && atomic_compare_exchange_strong(&L->cache_state[i], &zero, 1)) {
-            int rc = L->ops->read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
-                                  mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n,
-                                  msg, len);
-            if (rc) return atomic_store(&L->cache_state[i], 0), -1;
-            atomic_store(&L->cache_state[i], 2);
-        } else {
-            // no cache, or another reader is filling this entry: read it here, straight into the
-            // batch when nothing follows the read (no rotation or shift): one copy less per sample
-            int crop = L->aug.crop > 0;
-            float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
-            if (augment_is_identity(&plan->axes) && !plan->shift[0] && !plan->shift[1] && !plan->shift[2]) {
-                bx = s->x + pos * L->shape.size;
-                bt = mask ? (float *)(void *)(s->labels + pos * L->shape.tsize) : s->values + pos * L->shape.tsize;
-            }
-            if (L->ops->read(L->src, w->cur, i, crop ? plan->crop : NULL, bx, mask ? (int32_t *)bt : NULL,
-                             mask ? NULL : bt, msg, len))
-                return -1;
-            x = bx;
-            if (mask) l = (const int32_t *)bt;
-            else v = bt;
-            cropped = crop;
-        }
-        if (!x) {
-            x = L->cache_x + i * L->xfull_n;
-            if (mask) l = L->cache_l + i * L->tfull_n;
-            else v = L->cache_v + i * L->tfull_n;
-        }
+        L->ops->sample(L->src, i, xo, to);
+        return 0;
     }
-    *xo = x, *to = mask ? (const void *)l : (const void *)v, *croppedo = cropped;
+    if (L->fill_state && atomic_load(&L->cache_state[i]) != 2) cache_fill_block(L, w, i, msg, len);
+    unsigned char zero = 0;
+    if (L->cache_state && atomic_load(&L->cache_state[i]) != 2 &&
+        atomic_compare_exchange_strong(&L->cache_state[i], &zero, 1)) {
+        int rc = L->ops->read(L->src, w->cur, i, NULL, L->cache_x + i * L->xfull_n,
+                              mask ? L->cache_l + i * L->tfull_n : NULL, mask ? NULL : L->cache_v + i * L->tfull_n, msg,
+                              len);
+        atomic_store(&L->cache_state[i], rc ? 0 : 2);
+        if (rc) return -1;
+    }
+    if (L->cache_state && atomic_load(&L->cache_state[i]) == 2) {
+        *xo = L->cache_x + i * L->xfull_n;
+        *to = mask ? (const void *)(L->cache_l + i * L->tfull_n) : (const void *)(L->cache_v + i * L->tfull_n);
+        return 0;
+    }
+    if (i >= w->run_lo && i < w->run_lo + w->run_ok) {  // read with its run
+        *xo = w->rx + (i - w->run_lo) * L->xfull_n;
+        *to = w->rt + (i - w->run_lo) * L->tfull_n;
+        return 0;
+    }
+    // no cache, or another reader is filling this entry: read it here, straight into the batch
+    // when nothing follows the read (no rotation or shift): one copy less per sample
+    int crop = L->aug.crop > 0;
+    float *bx = crop ? w->ax : w->fx, *bt = crop ? w->at : w->ft;
+    if (augment_is_identity(&plan->axes) && !plan->shift[0] && !plan->shift[1] && !plan->shift[2]) {
+        bx = s->x + pos * L->shape.size;
+        bt = mask ? (float *)(void *)(s->labels + pos * L->shape.tsize) : s->values + pos * L->shape.tsize;
+    }
+    if (L->ops->read(L->src, w->cur, i, crop ? plan->crop : NULL, bx, mask ? (int32_t *)bt : NULL, mask ? NULL : bt, msg,
+                     len))
+        return -1;
+    *xo = bx, *to = bt, *croppedo = crop;
     return 0;
 }
 
@@ -390,7 +447,53 @@ static int make_sample(gl_loader *L, worker *w, slot *s, int64_t pos, int *skipp
     return -1;
 }
 
+// Positions work[c .. c + m) of slot s; with m > 1, their samples (consecutive) read first in one
+// call into the reader's run, where make_sample finds them. 0, or -1 with the first error in msg.
+static int make_run(gl_loader *L, worker *w, slot *s, int64_t c, int64_t m, int64_t *skipped, char *msg, size_t len) {
+    if (m > 1) {
+        int mask = L->shape.target != TARGET_VALUES;
+        w->run_lo = s->order[s->work[c]];
+        w->run_ok = L->ops->read_run(L->src, w->cur, w->run_lo, m, w->rx, mask ? (int32_t *)(void *)w->rt : NULL,
+                                     mask ? NULL : w->rt, msg, len);  // a failed sample is read again alone
+    }
+    int rc = 0;
+    char more[1024];
+    *skipped = 0;
+    for (int64_t q = 0; q < m; q++) {
+        int sk;
+        if (make_sample(L, w, s, s->work[c + q], &sk, rc ? more : msg, rc ? sizeof more : len)) rc = -1;
+        *skipped += sk;
+    }
+    w->run_ok = 0;
+    return rc;
+}
+
 // ---- the ring --------------------------------------------------------------------------------
+
+static int key_cmp(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+// The positions of slot s in the order readers take them (under the lock): in sample order when
+// reading runs, so that consecutive samples meet.
+static void work_order(const gl_loader *L, slot *s) {
+    int64_t cap = L->cap;
+    for (int64_t j = 0; j < s->n; j++) s->work[j] = L->run_max > 1 ? s->order[j] * cap + j : j;
+    if (L->run_max <= 1 || s->n < 2) return;
+    qsort(s->work, (size_t)s->n, sizeof(int64_t), key_cmp);
+    for (int64_t j = 0; j < s->n; j++) s->work[j] %= cap;
+}
+
+// The positions a reader takes next from slot s (under the lock): work[*c .. *c + m), one, or with
+// runs the longest stretch of consecutive samples up to run_max.
+static int64_t claim(const gl_loader *L, slot *s, int64_t *c) {
+    int64_t m = 1;
+    *c = s->claimed;
+    while (*c + m < s->n && m < L->run_max && s->order[s->work[*c + m]] == s->order[s->work[*c + m - 1]] + 1) m++;
+    s->claimed += m;
+    return m;
+}
 
 // Sets up slot f for stream batch k (under the lock).
 static void start_batch(gl_loader *L, slot *f, int64_t k) {
@@ -408,6 +511,7 @@ static void start_batch(gl_loader *L, slot *f, int64_t k) {
     f->skip_pos = INT64_MAX, f->skip_msg[0] = '\0';
     f->failed = 0;
     f->state = cnt > 0 ? SLOT_FILLING : SLOT_READY;
+    work_order(L, f);
 }
 
 static void *reader_main(void *arg) {
@@ -419,17 +523,17 @@ static void *reader_main(void *arg) {
     while (!L->stop) {
         slot *s = L->current;
         if (s && s->state == SLOT_FILLING && s->claimed < s->n) {
-            int64_t pos = s->claimed++;
+            int64_t c, m = claim(L, s, &c), skipped;
             pthread_mutex_unlock(&L->mu);
-            int skipped;
-            int rc = make_sample(L, w, s, pos, &skipped, msg, sizeof msg);
+            int rc = make_run(L, w, s, c, m, &skipped, msg, sizeof msg);
             pthread_mutex_lock(&L->mu);
             s->skipped += skipped;
             if (rc) {
-                if (!s->failed) snprintf(L->err, sizeof L->err, "%s", msg);
+                if (!s->failed) snprintf(s->err, sizeof s->err, "%s", msg);
                 s->failed = 1;
             }
-            if (++s->done == s->n) {
+            s->done += m;
+            if (s->done == s->n) {
                 s->state = SLOT_READY;
                 pthread_cond_broadcast(&L->cv);
             }
@@ -450,21 +554,8 @@ static void *reader_main(void *arg) {
 
 // ---- open / next / free ----------------------------------------------------------------------
 
-int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE *err) {
-    *out = NULL;
-    gl_loader *L = gl_xcalloc(1, sizeof *L);
-    L->seed = (uint64_t)r->seed;
-    L->split = p->split;
-    L->train = p->split == SPLIT_TRAIN;
-    L->rank = p->rank;
-    L->world = p->world > 0 ? p->world : 1;
-    GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
-    L->perm_epoch = -1;
-    L->ops = source_ops(r->data.source);
-    if (L->ops->open(&L->src, r, p->split, err)) {
-        free(L);
-        return GL_EXIT_USAGE;
-    }
+// The opened split's shapes, and what happens to its samples (augmentation, NaN/Inf).
+static void describe_split(gl_loader *L, const recipe_t *r, const loader_params *p) {
     gl_dataset d;
     L->ops->describe(L->src, &d, &L->xfull, &L->tfull, &L->aug.crop);
     L->shape = d;
@@ -485,52 +576,36 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
     L->skip_nonfinite = L->ops->nonfinite && r->data.nonfinite == DATA_NONFINITE_SKIP;
     L->serve_only = p->serve_only;
     atomic_init(&L->skipped, 0);
-    if (L->train && L->aug.rotate && L->nd >= 2) {
-        for (int k = 1; k < L->nd; k++)
-            if (d.shape.d[1 + k] != d.shape.d[1]) {
-                char sh[64];
-                shape_format(&d.shape, sh, sizeof sh);
-                fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
-                             "data.crop to a size that fits, or turn rotate off\n", sh);
-                L->ops->free(L->src);
-                free(L);
-                return GL_EXIT_USAGE;
-            }
-    }
+}
 
-    load_plan pl;
-    make_plan(r, p, &d, &L->xfull, &L->tfull, &pl);
-    L->batch = pl.batch;
-    L->cap = pl.cap;
-    L->nslots = (int)pl.nslots;
-    L->nthreads = (int)pl.threads;
-    L->drop_last = r->data.loader.drop_last && L->train;
-    L->bpe = loader_batches(d.n, L->batch, L->drop_last);
-
-    arena_init(&L->arena, arena_bytes(r, L->ops, L->src, &pl));
-    L->perm = arena_alloc(&L->arena, (size_t)d.n * sizeof(int64_t));
+// The arena as plan pl counts it: the order, the in-memory data or the cache, the batch slots.
+static void carve_memory(gl_loader *L, const recipe_t *r, const load_plan *pl) {
+    const gl_dataset *d = &L->shape;
+    arena_init(&L->arena, arena_bytes(L->ops, L->src, pl));
+    L->perm = arena_alloc(&L->arena, (size_t)d->n * sizeof(int64_t));
     if (L->ops->load) {
         L->ops->load(L->src, r, &L->arena);
-    } else if (r->data.loader.cache == DATA_CACHE_MEMORY) {
-        L->cache_x = arena_floats(&L->arena, d.n * L->xfull_n);
-        if (d.target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d.n * L->tfull_n);
-        else L->cache_l = arena_alloc(&L->arena, (size_t)(d.n * L->tfull_n) * 4);
-        L->cache_state = arena_alloc(&L->arena, (size_t)d.n);  // zeroed: empty
+    } else if (pl->cache.on) {
+        L->cache_x = arena_floats(&L->arena, d->n * L->xfull_n);
+        if (d->target == TARGET_VALUES) L->cache_v = arena_floats(&L->arena, d->n * L->tfull_n);
+        else L->cache_l = arena_alloc(&L->arena, (size_t)(d->n * L->tfull_n) * 4);
+        L->cache_state = arena_alloc(&L->arena, (size_t)d->n);  // zeroed: empty
+        if (L->fill_n > 1) L->fill_state = arena_alloc(&L->arena, (size_t)((d->n + L->fill_n - 1) / L->fill_n));
     }
     L->slots = gl_xcalloc((size_t)L->nslots, sizeof(slot));
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];
-        s->x = arena_floats(&L->arena, L->cap * d.size);
-        if (d.target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d.tsize);
-        else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d.tsize) * 4);
+        s->x = arena_floats(&L->arena, L->cap * d->size);
+        if (d->target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d->tsize);
+        else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d->tsize) * 4);
         s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
         s->order = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
+        s->work = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
     }
-    if (L->ops->files && r->data.loader.stage && stage_files(L, r, p, err)) {
-        loader_free(L);
-        return GL_EXIT_USAGE;
-    }
+}
 
+// Each reader's cursor and scratch (worker_bytes), then the threads.
+static void start_readers(gl_loader *L, const loader_params *p) {
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
     L->th = gl_xcalloc((size_t)L->nthreads, sizeof(pthread_t));
@@ -545,6 +620,10 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         w->bx = gl_xmalloc((size_t)L->xfull_n * sizeof(float));
         w->at = gl_xcalloc((size_t)big, sizeof(float));
         w->bt = gl_xmalloc((size_t)big * sizeof(float));
+        if (L->run_max > 1) {
+            w->rx = gl_xmalloc((size_t)(L->run_max * L->xfull_n) * sizeof(float));
+            w->rt = gl_xmalloc((size_t)(L->run_max * L->tfull_n) * sizeof(float));
+        }
     }
     L->next_start = L->next_out = p->start > 0 ? p->start : 0;
     L->started = 1;
@@ -553,6 +632,56 @@ int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE
         arg[0] = L, arg[1] = &L->w[t];
         GL_CHECK(pthread_create(&L->th[t], NULL, reader_main, arg) == 0, "cannot start a reader thread");
     }
+}
+
+int loader_open(gl_loader **out, const recipe_t *r, const loader_params *p, FILE *err) {
+    *out = NULL;
+    gl_loader *L = gl_xcalloc(1, sizeof *L);
+    L->seed = (uint64_t)r->seed;
+    L->split = p->split;
+    L->train = p->split == SPLIT_TRAIN;
+    L->rank = p->rank;
+    L->world = p->world > 0 ? p->world : 1;
+    GL_CHECK(L->rank >= 0 && L->rank < L->world, "loader rank outside [0, world)");
+    L->perm_epoch = -1;
+    L->ops = source_ops(r->data.source);
+    if (L->ops->open(&L->src, r, p->split, err)) {
+        free(L);
+        return GL_EXIT_USAGE;
+    }
+    describe_split(L, r, p);
+    gl_dataset d = L->shape;
+    if (L->train && L->aug.rotate && L->nd >= 2) {
+        for (int k = 1; k < L->nd; k++)
+            if (d.shape.d[1 + k] != d.shape.d[1]) {
+                char sh[64];
+                shape_format(&d.shape, sh, sizeof sh);
+                fprintf(err, "galley: error: data.augment.rotate needs square or cubic samples, but they are %s; set "
+                             "data.crop to a size that fits, or turn rotate off\n", sh);
+                L->ops->free(L->src);
+                free(L);
+                return GL_EXIT_USAGE;
+            }
+    }
+
+    load_plan pl;
+    make_plan(r, p, L->ops, &d, &L->xfull, &L->tfull, L->aug.crop, &pl);
+    L->batch = pl.batch;
+    L->cap = pl.cap;
+    L->nslots = (int)pl.nslots;
+    L->nthreads = (int)pl.threads;
+    L->drop_last = r->data.loader.drop_last && L->train;
+    L->bpe = loader_batches(d.n, L->batch, L->drop_last);
+
+    L->cache = pl.cache;
+    L->fill_n = pl.fill_n;
+    L->run_max = pl.run_max;
+    carve_memory(L, r, &pl);
+    if (L->ops->files && r->data.loader.stage && stage_files(L, r, p, err)) {
+        loader_free(L);
+        return GL_EXIT_USAGE;
+    }
+    start_readers(L, p);
     *out = L;
     return 0;
 }
@@ -571,6 +700,7 @@ int64_t loader_skipped(gl_loader *L, char *first, size_t len) {
     return n;
 }
 const char *loader_stage_dir(const gl_loader *L) { return L->stage_dir; }
+const loader_cache_plan *loader_cache(const gl_loader *L) { return &L->cache; }
 
 // The next batch: waits for it when wait is set, else returns 1 at once when it is not ready.
 static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
@@ -590,7 +720,7 @@ static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
     if (!L->skip_first[0] && s->skip_msg[0]) snprintf(L->skip_first, sizeof L->skip_first, "%s", s->skip_msg);
     int failed = s->failed;
     char msg[1024];
-    if (failed) snprintf(msg, sizeof msg, "%s", L->err);
+    if (failed) snprintf(msg, sizeof msg, "%s", s->err);
     pthread_mutex_unlock(&L->mu);
     memset(b, 0, sizeof *b);
     b->wait_s = now_s() - t0;
@@ -640,7 +770,7 @@ void loader_free(gl_loader *L) {
         for (int t = 0; t < L->nthreads; t++) {
             worker *w = &L->w[t];
             if (w->cur) L->ops->cursor_free(w->cur);
-            free(w->fx), free(w->ft), free(w->ax), free(w->bx), free(w->at), free(w->bt);
+            free(w->fx), free(w->ft), free(w->ax), free(w->bx), free(w->at), free(w->bt), free(w->rx), free(w->rt);
         }
         pthread_mutex_destroy(&L->mu);
         pthread_cond_destroy(&L->cv);

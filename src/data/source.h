@@ -38,6 +38,11 @@ typedef struct {
     int (*read)(const void *self, void *cursor, int64_t i, const int64_t *off, float *x, int32_t *labels,
                 float *values, char *msg, size_t len);
     bool (*nonfinite)(const void *cursor);
+    // Optional: samples [i, i + n) whole (off NULL) into x [n, ...], labels or values [n, ...] as n
+    // reads would give them, consecutive samples in one call each (h5src_read_run): n, or k < n
+    // with sample i + k the first that failed (msg, nonfinite as read says). NULL: read alone.
+    int64_t (*read_run)(const void *self, void *cursor, int64_t i, int64_t n, float *x, int32_t *labels,
+                        float *values, char *msg, size_t len);
 
     // Files, for data.loader.stage (NULL: the source has none): how many, file i's path, the file
     // holding sample i, and redirecting file i to a copy.

@@ -1,5 +1,7 @@
 // source_hdf5.c: data.source: hdf5. The h5src reader (h5_reader.c) as a source: files opened and
-// checked at open, samples read on the reader threads, files staged on request.
+// checked at open, samples read on the reader threads (consecutive ones in one call), files
+// staged on request.
+#include "data/h5_internal.h"  // h5src_read_run
 #include "data/source.h"
 #include "galley/h5data.h"
 
@@ -27,6 +29,11 @@ static int read_sample(const void *self, void *cursor, int64_t i, const int64_t 
     return h5src_read(self, cursor, i, off, x, labels, values, msg, len);
 }
 
+static int64_t read_run(const void *self, void *cursor, int64_t i, int64_t n, float *x, int32_t *labels, float *values,
+                        char *msg, size_t len) {
+    return h5src_read_run(self, cursor, i, n, x, labels, values, msg, len);
+}
+
 static int files(const void *self) { return h5src_files(self); }
 static const char *file(const void *self, int i) { return h5src_file(self, i); }
 static int file_of(const void *self, int64_t i, int64_t *local) { return h5src_file_of(self, i, local); }
@@ -40,6 +47,7 @@ const gl_source_ops source_hdf5 = {
     .cursor_free = cursor_free,
     .read = read_sample,
     .nonfinite = nonfinite,
+    .read_run = read_run,
     .files = files,
     .file = file,
     .file_of = file_of,

@@ -37,7 +37,7 @@ static const char *const layout_choices[] = {"channels_first", "channels_last", 
 static const char *const target_kind_choices[] = {"class", "mask", "values", NULL};
 static const char *const transform_choices[] = {"none", "log1p", NULL};
 static const char *const normalize_choices[] = {"none", "minmax", "standard", NULL};
-static const char *const cache_choices[] = {"none", "memory", NULL};
+static const char *const cache_choices[] = {"none", "memory", "auto", NULL};
 static const char *const tensor_order_choices[] = {"tensor_first", "data_first", NULL};
 static const char *const data_nonfinite_choices[] = {"error", "skip", NULL};
 static const char *const loss_choices[] = {"softmax_cross_entropy", "mse", "l1", "l2_relative", NULL};
@@ -141,9 +141,15 @@ static const key_spec loader_keys[] = {
      "batches prepared ahead (the loader's memory is this many batches, plus the cache)"},
     {"drop_last", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.loader.drop_last), NULL,
      "drop the last, partial batch of each training epoch (false: keep it, smaller); evaluation keeps every sample"},
-    {"cache", KT_ENUM, KF_DEFAULT, "none", NO_RANGE, cache_choices, OFF(data.loader.cache), NULL,
+    {"cache", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, cache_choices, OFF(data.loader.cache), NULL,
      "memory: keep each decoded sample (after transform and normalisation, before crops and augmentation) the "
-     "first time it is read, so later epochs do not read files; needs samples x sample size x 4 bytes",
+     "first time it is read, so later epochs do not read files; needs samples x sample size x 4 bytes; auto: "
+     "memory for each split that fits in data.loader.cache_share of the machine's memory (the start banner "
+     "says which); none: read the files every epoch",
+     reads_files, "data.source is hdf5 or timeseries"},
+    {"cache_share", KT_FLOAT, KF_DEFAULT, "0.25", 0, 1, NULL, OFF(data.loader.cache_share), NULL,
+     "cache: auto caches a split when its cache takes at most this share of the machine's memory (divided among "
+     "the ranks on the node; each split on its own)",
      reads_files, "data.source is hdf5 or timeseries"},
     {"stage", KT_STRING, KF_OPTIONAL, NULL, NO_RANGE, NULL, OFF(data.loader.stage), NULL,
      "copy the files this rank reads to this directory (node-local storage such as /dev/shm) at start, as "

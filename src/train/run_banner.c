@@ -86,5 +86,7 @@ void run_banner(gl_run *u) {
     lr_describe(&u->lr, info.lr_rule, sizeof info.lr_rule);
     if (u->res->target_reached == 0) run_target_words(r, info.target, sizeof info.target);
     runlog_banner(&u->lg, &info);
+    char cache[1024];
+    if (loader_cache_note(u->lt, u->lv, cache, sizeof cache)) fprintf(u->out, "  %s\n", cache);
     banner_notes(u);
 }

@@ -17,6 +17,7 @@ int run_open_data(gl_run *u) {
     lpt.rank = lpv.rank = d->rank;
     lpt.world = lpv.world = d->world;
     lpt.start = u->resume_step;
+    lpt.node_ranks = lpv.node_ranks = u->d->local_world;  // data.loader.cache: auto shares the node's memory
     u->loader_bytes = loader_plan_bytes(r, &lpt) + loader_plan_bytes(r, &lpv);
     u->host = arena_host_memory();
     u->staging = !r->distributed.deterministic;
