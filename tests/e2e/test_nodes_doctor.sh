@@ -56,5 +56,5 @@ assert d["bandwidth"].get("net"), "no allreduce sweep across the nodes"
 PYEOF
 info "2 nodes, the second slowed: flagged in $secs s: $(grep -E "^  - rank 1 on" <<<"$OUT" | head -2 | tr '\n' ' ')"
 info "doctor's report:"
-sed 's/^/    | /' <<<"$OUT"
+while IFS= read -r line; do echo "    | $line"; done <<<"$OUT"
 info "ok"
