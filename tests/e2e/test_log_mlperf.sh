@@ -154,14 +154,18 @@ else
 fi
 
 # ---- log.mlperf=true on resume continues the previous run directory's log ----
-sleep 1  # a new run directory name (one per second)
-run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" train.steps=300 log.mlperf=true checkpoint.dir=ck1 --resume auto
-assert_rc 0
-dirs=(runs/deepcam-unet/*/)
-newest=${dirs[-1]}
-[[ $(grep -c '"key": "run_start"' "$newest/mlperf.log") == 1 ]] || fail "$newest/mlperf.log: not one run_start"
-check "$newest/mlperf.log"
-[[ $RC == 0 && -z $(messages) ]] || { show_run; fail "the log continued in a new run directory does not pass"; }
+# (Release tree only: it continues deepcam-unet's run to its target, which ASan's tree skips;
+# there it would train deepcam-unet from scratch for 300 steps, most of the test's time.)
+if [[ $GALLEY_SANITIZE == 0 ]]; then
+    sleep 1  # a new run directory name (one per second)
+    run "$G" train "$DEEPCAM" "${deepcam_ov[@]}" train.steps=300 log.mlperf=true checkpoint.dir=ck1 --resume auto
+    assert_rc 0
+    dirs=(runs/deepcam-unet/*/)
+    newest=${dirs[-1]}
+    [[ $(grep -c '"key": "run_start"' "$newest/mlperf.log") == 1 ]] || fail "$newest/mlperf.log: not one run_start"
+    check "$newest/mlperf.log"
+    [[ $RC == 0 && -z $(messages) ]] || { show_run; fail "the log continued in a new run directory does not pass"; }
+fi
 
 # ---- an unwritable path: exit 2 before training, at the key ----
 { cat "$DEEPCAM"; printf 'log:\n  mlperf: %s/no/such/dir/mlperf.log\n' "$GL_TMP"; } >bad.yaml
