@@ -30,8 +30,9 @@ void run_init(gl_run *u, const recipe_t *r, const train_opts *opts, FILE *out, F
     u->t_init = now_s();
 }
 
-// Checks the batch against the ranks (and parts). GL_EXIT_OK or GL_EXIT_USAGE (printed by rank 0).
-static int check_split(const recipe_t *r, const gl_dist *d, FILE *err) {
+// Checks the batch against the data-parallel ranks d (and parts). GL_EXIT_OK or GL_EXIT_USAGE
+// (printed by world rank 0: say).
+static int check_split(const recipe_t *r, const gl_dist *d, bool say, FILE *err) {
     int64_t b = r->train.batch_size, w = d->world, p = r->distributed.parts;
     const char *msg = NULL;
     char buf[512];
@@ -49,7 +50,7 @@ static int check_split(const recipe_t *r, const gl_dist *d, FILE *err) {
         msg = buf;
     }
     if (!msg) return GL_EXIT_OK;
-    if (d->rank == 0) fprintf(err, "%s: error: %s\n", r->file, msg);
+    if (say) fprintf(err, "%s: error: %s\n", r->file, msg);
     return GL_EXIT_USAGE;
 }
 
@@ -158,7 +159,7 @@ static int open_log(gl_run *u) {
 
 int run_open(gl_run *u) {
     int code = run_grid_open(u);  // distributed.tensor_parallel: u->dp, the data-parallel group
-    if (code == GL_EXIT_OK) code = check_split(u->r, u->dp, u->err);
+    if (code == GL_EXIT_OK) code = check_split(u->r, u->dp, u->d->rank == 0, u->err);
     if (code == GL_EXIT_OK) code = open_backend(u);
     if (code == GL_EXIT_OK) code = open_resume(u);
     if (code != GL_EXIT_OK) return code;
