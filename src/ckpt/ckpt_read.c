@@ -28,9 +28,7 @@ hid_t ck_open(const char *path, char *err, size_t errlen) {
     }
     fclose(probe);
     if (ck_check_seal(path, err, errlen) != 0) return -1;
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(path);
     if (f < 0) {
         snprintf(err, errlen, "%s is not a readable HDF5 file (truncated or corrupt)", path);
         return -1;

@@ -25,6 +25,13 @@ hid_t h5_fapl(void) {
     return fapl;
 }
 
+hid_t h5_open_read(const char *path) {
+    hid_t fapl = h5_fapl();
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    H5Pclose(fapl);
+    return f;
+}
+
 // Bytes in the well-formed UTF-8 sequence that starts at s (2 to 4), or 0 if none does
 // (Unicode's table 3-7: no overlong forms, surrogates or code points past U+10FFFF).
 static int utf8_len(const unsigned char *s) {

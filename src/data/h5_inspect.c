@@ -306,9 +306,7 @@ static int list_attributes(hid_t f, FILE *out) {
 
 int h5_inspect(const char *path, FILE *out, FILE *err) {
     h5_setup(false);
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(path);
     if (f < 0) {
         if (access(path, R_OK) != 0)
             fprintf(err, "galley: error: cannot open %s: %s\n", path, strerror(errno));

@@ -10,6 +10,8 @@
 
 // File access properties with galley's file-locking choice (see h5_setup). Close with H5Pclose.
 hid_t h5_fapl(void);
+// path opened read-only with h5_fapl's locking choice; a negative id on failure.
+hid_t h5_open_read(const char *path);
 // IEEE binary16 (numpy float16) as an HDF5 type; close with H5Tclose.
 hid_t h5_float16_type(void);
 

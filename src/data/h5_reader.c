@@ -188,9 +188,7 @@ static void shape_words(int rank, const hsize_t *d, char *buf, size_t len) {
 
 // where: as for add_pattern.
 static hid_t open_file(const char *path, const char *where, FILE *err) {
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(path);
     if (f < 0 && err) {
         if (access(path, R_OK) != 0)
             fprintf(err, "%s: cannot open %s: %s\n", where, path, strerror(errno));
@@ -280,9 +278,7 @@ static int check_float_labels(const h5src *s, int fi, FILE *err) {
     const char *path = s->files[fi].path;
     int64_t per = shape_size(&s->tfull), n = s->target == DATA_TARGET_MASK ? 1 : s->files[fi].n;
     int64_t block = per >= 65536 ? 1 : 65536 / per;
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(path);
     hid_t d = f >= 0 ? H5Dopen2(f, s->yname, H5P_DEFAULT) : -1;
     double *buf = gl_xmalloc((size_t)(block * per) * sizeof *buf);
     int rc = 0;
@@ -880,9 +876,7 @@ static int cursor_open(const h5src *s, h5cursor *c, int fi, char *msg, size_t le
     const char *path = s->files[fi].path;
     cursor_close(c);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t fapl = h5_fapl();
-    c->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    c->f = h5_open_read(path);
     c->dx = c->f >= 0 ? H5Dopen2(c->f, s->xname, H5P_DEFAULT) : -1;
     c->dy = c->f >= 0 ? H5Dopen2(c->f, s->yname, H5P_DEFAULT) : -1;
     if (c->dx < 0 || c->dy < 0) {

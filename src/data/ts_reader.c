@@ -134,9 +134,7 @@ static hid_t open_numeric(hid_t f, const char *path, const char *name, const cha
 // File i: fields [T, C, H, W] with the first file's C, H, W, and T > lead. 0, or -1 (printed).
 static int open_one(tssrc *s, const recipe_t *r, int i, const char *where, FILE *err) {
     tsfile *fl = &s->files[i];
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(fl->path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(fl->path);
     if (f < 0) {
         if (access(fl->path, R_OK) != 0) fprintf(err, "%s: cannot open %s: %s\n", where, fl->path, strerror(errno));
         else fprintf(err, "%s: %s is not a readable HDF5 file (truncated or corrupt?)\n", where, fl->path);
@@ -244,9 +242,7 @@ static int h5_stat_read(const char *spec, npy_array *a, char *msg, size_t len) {
     }
     char *path = gl_xstrdup(spec);
     path[colon - spec] = '\0';
-    hid_t fapl = h5_fapl();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-    H5Pclose(fapl);
+    hid_t f = h5_open_read(path);
     int rc = -1;
     if (f < 0) snprintf(msg, len, "%s: cannot open it as an HDF5 file", path);
     else rc = read_whole(f, path, colon + 1, a, msg, len), H5Fclose(f);
@@ -435,9 +431,7 @@ int tssrc_read(const tssrc *s, tscursor *c, int64_t i, float *x, float *y, char 
     if (c->file != fi) {
         cursor_close(c);
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-        hid_t fapl = h5_fapl();
-        c->f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
-        H5Pclose(fapl);
+        c->f = h5_open_read(path);
         c->d = c->f >= 0 ? H5Dopen2(c->f, s->dataset, H5P_DEFAULT) : -1;
         if (c->d < 0) {
             snprintf(msg, len, "%s: cannot open the file or its dataset '%s' (changed since the start?)", path,
