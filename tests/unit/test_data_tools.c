@@ -15,15 +15,12 @@ static char dir[64];
 
 static int setup(void **st) {
     (void)st;
-    snprintf(dir, sizeof dir, "/tmp/galley_dt_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tl_tmpdir_make(dir, "dt");
 }
 
 static int teardown(void **st) {
     (void)st;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tl_tmpdir_remove(dir);
 }
 
 // ---- inspect statistics ------------------------------------------------------------------------

@@ -28,15 +28,12 @@ static char dir[64];
 
 static int setup(void **st) {
     (void)st;
-    snprintf(dir, sizeof dir, "/tmp/galley_ts_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tl_tmpdir_make(dir, "ts");
 }
 
 static int teardown(void **st) {
     (void)st;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tl_tmpdir_remove(dir);
 }
 
 static char *path_in(const char *name) {

@@ -2,6 +2,7 @@
 // a test that uses only some of them still compiles without warnings).
 //
 //   tl_write_temp      a temp file "/tmp/galley_test_XXXXXX.yaml" holding some text
+//   tl_tmpdir_*        a fresh temp directory, and its removal
 //   tl_recipe_try      recipe_load on YAML text, errors captured as a string
 //   tl_recipe          same, but the recipe must load (the test fails with the messages otherwise)
 //   tl_model_*         recipe -> graph_build -> arena -> graph_bind, and the matching frees
@@ -44,6 +45,20 @@ static inline void tl_write_temp(char path[static 64], const char *text)
     ssize_t wrote = write(fd, text, len);
     close(fd);
     if (wrote != (ssize_t)len) fail_msg("short write to %s", path);
+}
+
+// A fresh directory "/tmp/galley_TAG_XXXXXX" in dir (0, or -1), and its removal with everything in it.
+static inline int tl_tmpdir_make(char dir[static 64], const char *tag)
+{
+    snprintf(dir, 64, "/tmp/galley_%s_XXXXXX", tag);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static inline int tl_tmpdir_remove(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
 }
 
 // A string stream (open_memstream); tl_stream_close returns the text (caller frees).
