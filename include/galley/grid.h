@@ -25,7 +25,10 @@ typedef struct gl_grid {
     const gl_backend *be;  // set by grid_bind: device memory is synchronised before a sum
     const int64_t *step;   // set by grid_bind: names the step in timeout messages (NULL: 0)
     void *nccl;            // gl_devcomm of the tensor group on GPUs, or NULL (MPI)
+    void *reqs;            // GRID_REQS MPI requests for the group's sums
 } gl_grid;
+
+#define GRID_REQS 16  // pieces of 2^26 floats a sum takes without an allocation of its own
 
 // The place of world rank w in a grid of tp x (world / tp).
 void grid_place(int w, int world, int tp, bool tensor_first, int *tp_rank, int *dp_rank);

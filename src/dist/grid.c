@@ -31,12 +31,14 @@ static void grid_sum(void *ctx, float *buf, int64_t count, const char *what) {
         return;
     }
     if (g->be && g->be->device) g->be->sync();
+    // Requests: the grid's own (set up once: this runs at every split layer of every step), or
+    // for a sum of over GRID_REQS pieces of 2^26 floats, a larger array for this call.
     const int64_t nreq = count / ((int64_t)1 << 26) + 1;
-    void *reqs = gl_xmalloc(dist_request_size() * (size_t)nreq);
+    void *reqs = nreq <= GRID_REQS ? g->reqs : gl_xmalloc(dist_request_size() * (size_t)nreq);
     int n = 0;
     dist_iallreduce_floats(&g->tpd, buf, count, reqs, &n);
     dist_wait(&g->tpd, n, reqs, k);
-    free(reqs);
+    if (reqs != g->reqs) free(reqs);
 }
 
 static void grid_gather(void *ctx, const float *mine, int64_t count, float *all, const char *what) {
@@ -53,6 +55,7 @@ void grid_open(gl_grid *g, gl_dist *world, int tp, int groups, bool tensor_first
     // The tensor group: the same data rank; the data group: the same tensor rank.
     dist_split(world, g->dp_rank, g->tp_rank, &g->tpd);
     dist_split(world, g->tp_rank, g->dp_rank, &g->dpd);
+    g->reqs = gl_xmalloc(dist_request_size() * GRID_REQS);
     g->view = (gl_tp){.size = tp, .rank = g->tp_rank, .groups = groups, .sum = grid_sum, .gather = grid_gather,
                       .ctx = g};
 }
@@ -68,6 +71,7 @@ void grid_close(gl_grid *g) {
     if (g->nccl) gradnccl_close(&g->tpd, g->nccl);
     dist_split_free(&g->tpd);
     dist_split_free(&g->dpd);
+    free(g->reqs);
     memset(g, 0, sizeof *g);
 }
 
