@@ -52,13 +52,26 @@ static int save_on_hang(void *ctx, int64_t steps, bool in_step, char *why, size_
     return 0;
 }
 
+void run_progress(gl_run *u, int64_t steps, bool in_step) {
+    dist_progress(u->d, steps, in_step);
+    if (u->grid_on) {  // the tensor and data groups number their collectives on their own
+        dist_progress(&u->grid.tpd, steps, in_step);
+        dist_progress(&u->grid.dpd, steps, in_step);
+    }
+}
+
 void run_hang_arm(gl_run *u) {
-    dist_progress(u->d, u->step, false);
+    run_progress(u, u->step, false);
     dist_on_hang(u->d, save_on_hang, u, u->err);
+    if (u->grid_on) {  // a hang in a group's collective: the same save (which declines under tp > 1)
+        dist_on_hang(&u->grid.tpd, save_on_hang, u, u->err);
+        dist_on_hang(&u->grid.dpd, save_on_hang, u, u->err);
+    }
 }
 
 // Before run_close: the run's streams and state are about to go.
 void run_hang_disarm(gl_run *u) {
     dist_on_hang(u->d, NULL, NULL, NULL);
-    dist_progress(u->d, -1, false);
+    if (u->grid_on) dist_on_hang(&u->grid.tpd, NULL, NULL, NULL), dist_on_hang(&u->grid.dpd, NULL, NULL, NULL);
+    run_progress(u, -1, false);
 }

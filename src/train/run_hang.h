@@ -7,6 +7,9 @@
 
 // After run_start: a hang report may checkpoint this run (until run_hang_disarm, before run_close).
 void run_hang_arm(gl_run *u);
+// The loop's progress (dist_progress) on every communicator of the run: the world, and under
+// tensor parallelism the tensor and data groups. steps: finished; in_step: a step is running.
+void run_progress(gl_run *u, int64_t steps, bool in_step);
 void run_hang_disarm(gl_run *u);
 // The loop's position and records into u->ck, for a checkpoint of u->step (epoch: the last step's).
 void run_ckpt_fill(gl_run *u, int64_t epoch);

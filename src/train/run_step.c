@@ -7,6 +7,7 @@
 #include "galley/check.h"
 #include "galley/prof.h"
 #include "train/run.h"
+#include "train/run_hang.h"
 
 // This rank's stop and checkpoint wishes; the step sums them over ranks.
 static void step_flags(const gl_run *u, double t0, double *flags) {
@@ -100,7 +101,7 @@ int run_step(gl_run *u) {
     u->epoch = u->step / u->steps_per_epoch + 1;
     double flags[FLAG_COUNT] = {0};
     step_flags(u, t0, flags);
-    dist_progress(d, u->step, true);  // hang localisation (dist.h): this step's forward may move layer state
+    run_progress(u, u->step, true);  // hang localisation (dist.h): this step's forward may move layer state
     if (prof_window(u->step, r->train.profile.start_step, r->train.profile.stop_step) && d->rank == 0)
         fprintf(u->out, "profiler %s before step %lld (train.profile)\n",
                 u->step == r->train.profile.start_step ? "started" : "stopped", (long long)u->step);
@@ -144,7 +145,7 @@ int run_step(gl_run *u) {
     cpu_spin_step(&u->spin, u->t_now);  // nothing unless cpu_spin_start chose to manage
     if (!u->t_first_step) u->t_first_step = u->t_now;
     u->step++;
-    dist_progress(d, u->step, false);
+    run_progress(u, u->step, false);
     u->seen += n;
     u->seen_total += n;
     u->w.samples += n;

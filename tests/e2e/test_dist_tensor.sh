@@ -8,6 +8,8 @@
 #     (losses as text, every checkpoint tensor);
 #   - a run stopped by SIGTERM under tp=2 x dp=2 resumes under tp=1 x dp=2 and under tp=4, each
 #     ending bitwise equal to the run that never stopped (checkpoints are written whole);
+#   - a rank stopped under tp=2: the hang report names the tensor group's collective and step, no
+#     checkpoint (the model is spread over the group), exit 1 within distributed.timeout + 10 s;
 #   - the banner prints the grid; `galley check` prints the per-rank plan;
 #   - bad input (exit 2, said once, every rank stopping together): tensor_parallel not dividing
 #     the ranks, heads or MLP units not dividing, nothing to split, tensor_parts not a multiple.
@@ -105,6 +107,29 @@ assert_exit 0 "${DIST_MPI[@]}" -np 4 "$GALLEY" train "$VIT" "${long[@]}" distrib
     checkpoint.dir=stop4 --resume auto
 same_checkpoints "$ref" stop4/vit-step00000300.h5 exact 0 || fail "tp=4 resume is not bitwise the uninterrupted run"
 info "stopped at step $stopped; both resumes bitwise equal the uninterrupted run"
+
+info "a rank stopped (SIGSTOP) under tp=2: the hang report names the tensor group's collective and step; exit 1"
+hang=("${small[@]}" train.steps=100000 log.every=100 distributed.timeout=3 log.files=false checkpoint.dir=hang)
+"${DIST_MPI[@]}" -np 2 "$GALLEY" train "$VIT" "${hang[@]}" distributed.tensor_parallel=2 >hang.out 2>hang.err </dev/null &
+pid=$!
+for _ in $(seq 100); do
+    grep -q "^step *100/" hang.out 2>/dev/null && break
+    sleep 0.1
+done
+victim=$(pgrep -f "^$GALLEY train .*checkpoint.dir=hang" | tail -n 1)
+kill -STOP "$victim"
+t0=$EPOCHREALTIME
+rc=0
+wait "$pid" || rc=$?
+kill -CONT "$victim" 2>/dev/null || true
+secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+[[ $rc == 1 ]] || { cat hang.out hang.err >&2; fail "a stopped rank under tp=2: exit $rc, expected 1"; }
+awk -v s="$secs" 'BEGIN { exit !(s < 13) }' || fail "the hang took $secs s to end (distributed.timeout 3 s + 10 s)"
+grep -qE "^galley: error: hang: rank [01] of 2 \(host [^)]*\) (never entered|is stuck in) #[0-9]+ \(a (row|column)-parallel layer's (output|input gradient) at step [0-9]+\)" hang.err ||
+    { cat hang.err >&2; fail "the hang report does not name the tensor group's collective and step"; }
+grep -q "no checkpoint: under tensor parallelism each rank holds a share of the model" hang.err ||
+    { cat hang.err >&2; fail "the hang report does not say why there is no checkpoint"; }
+info "stopped rank under tp=2: reported, exit 1 in $secs s"
 
 info "galley check: the per-rank plan of a tensor group"
 assert_exit 0 "$GALLEY" check "$VIT" distributed.tensor_parallel=4
