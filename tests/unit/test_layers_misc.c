@@ -1,8 +1,9 @@
 // test_layers_misc.c: pooling, normalisation, dropout, scale and the shape/merge layers
 // (flatten, add, concat, upsample): forward and backward against naive loops in double, 2D and
 // 3D maps of odd sizes at batch 3, batch-norm running statistics against PyTorch's convention,
-// dropout statistics and keys, finite-difference gradient checks, thread-count independence and
-// the shape errors infer must report.
+// dropout statistics and keys, finite-difference gradient checks, thread-count independence,
+// relu and leaky_relu passes bit for bit against their scalar definitions, and the shape errors
+// infer must report.
 #include "testlib.h"
 
 #include <omp.h>
@@ -894,6 +895,63 @@ static void test_recipe_keys_are_checked(void **state)
     }
 }
 
+// ---- relu and leaky_relu passes ----------------------------------------------------------------
+
+// The backend's relu and leaky_relu passes (4-float vector blocks, a scalar tail, threads above
+// 65,536 elements) equal their scalar definitions bit for bit: NaN, -0, infinities and
+// subnormals among x and dy, sizes that end inside a block, 1 to 3 threads, accumulating into
+// dx (-0 included) or setting it.
+static uint32_t bits_of(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return u;
+}
+
+static void test_relu_passes_equal_the_scalar_definitions(void **state)
+{
+    (void)state;
+    const gl_backend *be = backend_cpu();
+    const float special[] = {0.0f, -0.0f, 1.5f, -2.25f, NAN, -NAN, INFINITY, -INFINITY, 1e-40f, -1e-40f, 3.0f};
+    const int64_t sizes[] = {1, 3, 4, 7, 65536 + 5, 200003};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        float *x = falloc(n), *dy = falloc(n), *dx0 = falloc(n), *got = falloc(n), *want = falloc(n);
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = special[(i * 7 + 3) % 11];
+            dy[i] = special[(i * 5 + 1) % 11];
+            dx0[i] = i % 13 == 0 ? -0.0f : special[(i * 3) % 11];
+        }
+        for (int threads = 1; threads <= 3; threads++) {
+            be->set_threads(threads);
+            for (int leaky = 0; leaky <= 1; leaky++) {
+                const gl_act a = leaky ? ACT_LEAKY_RELU : ACT_RELU;
+                const float s = leaky ? 0.3f : 0.0f;
+                be->act_forward(a, s, n, x, got);
+                for (int64_t i = 0; i < n; i++) want[i] = x[i] > 0.0f ? x[i] : leaky ? s * x[i] : 0.0f;
+                for (int64_t i = 0; i < n; i++)
+                    if (bits_of(got[i]) != bits_of(want[i]))
+                        fail_msg("%s forward n=%lld threads %d: element %lld is %08x, want %08x", leaky ? "leaky" : "relu",
+                                 (long long)n, threads, (long long)i, bits_of(got[i]), bits_of(want[i]));
+                for (int set = 0; set <= 1; set++) {
+                    memcpy(got, dx0, sizeof(float) * (size_t)n);
+                    if (set) be->act_backward_set(a, s, n, x, dy, got);
+                    else be->act_backward(a, s, n, x, dy, got);
+                    for (int64_t i = 0; i < n; i++)
+                        want[i] = (set ? 0.0f : dx0[i]) + (x[i] > 0.0f ? dy[i] : leaky ? s * dy[i] : 0.0f);
+                    for (int64_t i = 0; i < n; i++)
+                        if (bits_of(got[i]) != bits_of(want[i]))
+                            fail_msg("%s backward%s n=%lld threads %d: element %lld is %08x, want %08x",
+                                     leaky ? "leaky" : "relu", set ? " (set)" : "", (long long)n, threads, (long long)i,
+                                     bits_of(got[i]), bits_of(want[i]));
+                }
+            }
+        }
+        free(x), free(dy), free(dx0), free(got), free(want);
+    }
+    be->set_threads(2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -919,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_gradcheck_layer_norm),
         cmocka_unit_test(test_gradcheck_shape_and_merge_layers),
         cmocka_unit_test(test_results_do_not_depend_on_threads),
+        cmocka_unit_test(test_relu_passes_equal_the_scalar_definitions),
         cmocka_unit_test(test_infer_errors_name_the_shapes),
         cmocka_unit_test(test_recipe_keys_are_checked),
     };
