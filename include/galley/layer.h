@@ -94,6 +94,11 @@ struct layer {
     // (gl_backend.own_conv_workspace: work_floats is then 0).
     int64_t work_floats;
     float *work;
+    // Floats at work (graph_bind): the shared buffer's whole size, at least work_floats. Layers
+    // run one at a time, so a convolution may use all of it: the CPU's fast kernels need room for
+    // packed weights that the im2col sizing does not count (without it CosmoFlow's 256 -> 512
+    // layer on 2^3 maps fell back to im2col + sgemm).
+    int64_t work_room;
     // Set by graph_build: where this output's gradient lies in the gradients' pool, in floats
     // per sample (graph_plan.c; times the batch capacity once bound).
     int64_t grad_off;

@@ -181,6 +181,7 @@ void graph_bind(gl_graph *g, gl_arena *a) {
                                                     : arena_floats(a, l->out.size * g->batch);
         l->out.grad = g->grad_pool + l->grad_off * g->batch;
         l->work = l->work_floats ? g->work : NULL;
+        l->work_room = l->work ? g->work_floats : 0;
         l->state = l->state_floats ? arena_floats(a, l->state_floats) : NULL;
         l->scratch = l->scratch_floats ? arena_floats(a, l->scratch_floats) : NULL;
         if (l->nparams) {

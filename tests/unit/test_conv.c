@@ -812,6 +812,9 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
         {.c = 6, .f = 11, .in = {2, 2, 2}, .k = {3, 3, 3}, .d = {1, 1, 1}, .p = {1, 1, 1}},
         {.c = 5, .f = 7, .in = {1, 3, 3}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
         {.c = 3, .f = 14, .in = {1, 1, 1}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
+        // A deep layer on 2x2x2 maps: one or two tiles, so ig_run splits each tile's 9 row blocks
+        // (50 filters; the last block of 2) between tasks, each copying only its channels.
+        {.c = 40, .f = 50, .in = {2, 2, 2}, .k = {3, 3, 3}, .d = {1, 1, 1}, .p = {1, 1, 1}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         check_fast_order(&cases[i], 3, 0);

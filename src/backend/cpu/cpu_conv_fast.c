@@ -669,13 +669,25 @@ static const ig_kernels *ig_kernels_get(void) {
 static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
                    const float *bias, bool acc, float *y, float *panels, int threads, cpu_store_act act) {
     const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, P = g->out_pos, spt = ig_samples_per_tile(P);
-    const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, tasks = ig_tiles(n, P);
+    const int64_t tiles = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = ig_tiles(n, P);
+    // Fewer tiles than 4 per thread (deep layers on small maps at small batches: CosmoFlow's 256
+    // -> 512 one has 2 tiles at batch 8) are split by rows of output channels too, each task
+    // building its tile's panel: a thread then reads only its rows of the weights (14 MB there)
+    // rather than all of them per tile. The chunk of tasks a thread takes shrinks with them; a
+    // chunk of 8 gave both of those 2 tiles to one thread. An output element is still one task's
+    // sum in k order: the same bits at any split.
+    int64_t msplit = ntiles >= 4 * (int64_t)threads ? 1 : (4 * (int64_t)threads + ntiles - 1) / ntiles;
+    msplit = msplit < mp ? msplit : mp;
+    const int64_t tasks = ntiles * msplit, chunk = tasks / (4 * (int64_t)threads) < 1 ? 1
+                                                   : tasks / (4 * (int64_t)threads) > 8 ? 8
+                                                   : tasks / (4 * (int64_t)threads);
     if (tasks < threads) threads = (int)tasks;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float *panel = panels + (int64_t)omp_get_thread_num() * ig_panel_floats(g), *yb = panel + g->kk * NR;
-#pragma omp for schedule(dynamic, 8)
-        for (int64_t t = 0; t < tasks; t++) {
+#pragma omp for schedule(dynamic, chunk)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int64_t t = task / msplit, ms = task % msplit, m0 = mp * ms / msplit, m1 = mp * (ms + 1) / msplit;
             const int64_t s0 = t / tiles * spt, ns = n - s0 < spt ? n - s0 : spt, p0 = t % tiles * NR;
             const int64_t cnt = spt > 1 ? ns * P : P - p0 < NR ? P - p0 : NR;
             if (cnt < NR)
@@ -685,13 +697,14 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
             // outputs: y itself (row stride P), or yb [cout][NR] holding the ns samples' maps
             float *yt = spt > 1 ? yb : y + s0 * g->geo.f * P + p0;
             const int64_t ldy = spt > 1 ? NR : P;
+            const int64_t c0 = m0 * mr, c1 = m1 * mr < g->geo.f ? m1 * mr : g->geo.f;  // this task's channels
             if (spt > 1 && acc)
                 for (int64_t i = 0; i < ns; i++)
-                    for (int64_t c = 0; c < g->geo.f; c++)
+                    for (int64_t c = c0; c < c1; c++)
                         memcpy(yb + c * NR + i * P, y + ((s0 + i) * g->geo.f + c) * P, sizeof(float) * (size_t)P);
             for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
                 const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
-                for (int64_t m = 0; m < mp; m++) {
+                for (int64_t m = m0; m < m1; m++) {
                     int64_t rows = g->geo.f - m * mr < mr ? g->geo.f - m * mr : mr;
                     kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yt + m * mr * ldy, ldy, (int)rows,
                              (int)cnt, bias && !k0 ? bias + m * mr : NULL, acc || k0,
@@ -700,7 +713,7 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
             }
             if (spt > 1)
                 for (int64_t i = 0; i < ns; i++)
-                    for (int64_t c = 0; c < g->geo.f; c++)
+                    for (int64_t c = c0; c < c1; c++)
                         memcpy(y + ((s0 + i) * g->geo.f + c) * P, yb + c * NR + i * P, sizeof(float) * (size_t)P);
         }
     }

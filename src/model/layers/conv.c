@@ -207,10 +207,10 @@ static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
     gl_conv_geom g = geometry_of(l, n);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
     if (l->store_act_on)  // y = act(conv(x) + b): the activation after this layer, fused (graph_build)
-        be->conv_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats, l->store_act,
+        be->conv_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room, l->store_act,
                              l->store_slope);
     else
-        be->conv_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats);
+        be->conv_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room);
 }
 
 static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
@@ -221,7 +221,7 @@ static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, f
 static void conv_backward(layer_t *l, const gl_backend *be, int64_t n) {
     gl_conv_geom g = geometry_of(l, n);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
-    be->conv_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_floats);
+    be->conv_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_room);
 }
 
 const layer_kind layer_conv = {

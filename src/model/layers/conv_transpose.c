@@ -161,10 +161,10 @@ static void convt_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     gl_conv_geom g = geometry_of(l, n);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
     if (l->store_act_on)  // y = act(convt(x) + b): the activation after this layer, fused (graph_build)
-        be->conv_transpose_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats,
+        be->conv_transpose_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room,
                                        l->store_act, l->store_slope);
     else
-        be->conv_transpose_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_floats);
+        be->conv_transpose_forward(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room);
 }
 
 static bool convt_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
@@ -176,7 +176,7 @@ static void convt_backward(layer_t *l, const gl_backend *be, int64_t n) {
     gl_conv_geom g = geometry_of(l, n);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
     be->conv_transpose_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work,
-                                l->work_floats);
+                                l->work_room);
 }
 
 const layer_kind layer_conv_transpose = {
