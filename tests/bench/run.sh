@@ -282,6 +282,9 @@ run_pass unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 T_END=$(date +%s)
 GALLEY_VERSION=$("$GALLEY" --version 2>&1 | head -1)
 CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+# the ISA level galley's kernels see (galley info: "features: sse4.2 avx avx2 fma ...")
+ISA=$("$GALLEY" info 2>/dev/null | sed -n 's/.*features: //p' | head -1)
+CPU_DESC+=", ISA: ${ISA:-?}"
 RUN_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
 RUN_MIN=$(((T_END - T_START + 30) / 60))
 MFLOPS_DESC=$(for m in $MODELS; do printf '%s=%s ' "$m" "${MFLOPS[$m]}"; done)
@@ -396,6 +399,20 @@ out.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     out.append("| " + " | ".join(r) + " |")
 text = "\n".join(out) + "\n"
+# Earlier runs stay below the new one (their tables, not their every-run lists), headings one
+# level down, so that tables from different machines are kept apart and none is lost.
+try:
+    old = open(W["RESULTS"]).read()
+except OSError:
+    old = ""
+if old.strip():
+    old_main, _, old_earlier = old.partition("\n## Earlier runs\n")
+    old_main = old_main.split("\n## Every run\n")[0].rstrip("\n")
+    demoted = "\n".join("##" + l if l.startswith("#") else l for l in old_main.split("\n"))
+    earlier = old_earlier.partition("\n")[2] if old_earlier else ""  # past its intro line
+    text += ("\n## Earlier runs\n"
+             "Earlier results of this script, newest first, as they were written (machines differ).\n\n"
+             + demoted + "\n" + (("\n" + earlier.lstrip("\n")) if earlier.strip() else ""))
 open(W["RESULTS"], "w").write(text)
 print()
 print(text)
