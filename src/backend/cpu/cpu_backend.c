@@ -2,6 +2,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/cpu/cpu_kernels.h"
 #include "galley/arena.h"
@@ -37,10 +38,22 @@ static void cpu_set_threads(int threads) {
     omp_set_num_threads(threads);
 }
 
-// Host memory: the arena is page-aligned (and so aligned for AVX-512) and zeroed.
+// Host memory: the arena is page-aligned (and so aligned for AVX-512) and zeroed. One of 4 MiB
+// or more is aligned to 2 MiB and asks for transparent huge pages (MADV_HUGEPAGE: honoured where
+// /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise", a no-op elsewhere).
+// Measured on a 2-core EPYC: with 4 KiB pages the MLP's 2-thread speed varied from run to run
+// between 33k and 43k samples/s with where the kernel placed the pages (the caches index by
+// physical address), and TLB misses cost the streaming passes over activations too.
+#define CPU_HUGE_MIN ((size_t)4 << 20)
+#define CPU_HUGE_ALIGN ((size_t)2 << 20)
 static void *cpu_mem_alloc(size_t bytes) {
     void *p = NULL;
-    if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) return NULL;
+    const bool huge = bytes >= CPU_HUGE_MIN;
+    if (huge) bytes = (bytes + CPU_HUGE_ALIGN - 1) / CPU_HUGE_ALIGN * CPU_HUGE_ALIGN;
+    if (posix_memalign(&p, huge ? CPU_HUGE_ALIGN : 4096, bytes ? bytes : 1) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (huge) (void)madvise(p, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
+#endif
     memset(p, 0, bytes);  // touch it now: a short machine fails here, not mid-run
     return p;
 }
