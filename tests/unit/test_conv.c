@@ -823,6 +823,8 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
     // Tiles of 4, 4 and 1 samples; of 3, 3 and 1.
     check_fast_order(&cases[8], 9, 0);
     check_fast_order(&cases[9], 7, 1);
+    // The first layer at batch 64: an 8 MiB output, stored past the caches (non-temporal).
+    check_fast_order(&cases[0], 64, 0);
 }
 
 // ---- parameters and the scratch plan -----------------------------------------------------------

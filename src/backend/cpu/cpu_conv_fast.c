@@ -23,6 +23,7 @@
 // order in both (AVX2 splits the 8x32 tile into sub-tiles, which reorders nothing within an
 // element), and the bias sums keep bias_sum's lanes and tree, so both give the same bits.
 #include <omp.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -452,8 +453,11 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
     for (int i = 0; i < R; i++)
         if (i < rows)
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++)
-                _mm256_storeu_ps(c + i * ldc + 8 * v, act.on ? store_act256(act, acc[i][v]) : acc[i][v]);
+            for (int v = 0; v < NV; v++) {
+                const __m256 r = act.on ? store_act256(act, acc[i][v]) : acc[i][v];
+                if (act.stream) _mm256_stream_ps(c + i * ldc + 8 * v, r);
+                else _mm256_storeu_ps(c + i * ldc + 8 * v, r);
+            }
 }
 
 // Rows 0 .. rows-1 (rows <= 6) by columns 0 .. 8*nv-1 (nv = 1 .. 4) of a tile in sub-tiles of
@@ -511,7 +515,8 @@ FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const floa
     const int nv = (cols + 7) / 8;
     for (int64_t k0 = 0; k0 < kk; k0 += IG_KC) {
         const int64_t kc = kk - k0 < IG_KC ? kk - k0 : IG_KC;
-        const cpu_store_act last = k0 + kc == kk ? act : (cpu_store_act){0};  // on the finished sums only
+        cpu_store_act last = k0 + kc == kk ? act : (cpu_store_act){0};  // on the finished sums only
+        last.stream = last.stream && whole;  // only whole tiles store to y itself
         tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias6, rows, last);
     }
     if (!whole)
@@ -656,6 +661,9 @@ static const ig_kernels *ig_kernels_get(void) {
 
 // ---- drivers, shared by both instruction sets ------------------------------------------------------
 
+// Output bytes from which ig_run streams its stores past the caches (see there).
+#define IG_STREAM_BYTES (8.0 * 1024 * 1024)
+
 // Panel rows per reduction block of ig_run: every row block of weights passes over one block of
 // the panel before the next block, so a long panel (kk * NR floats: 864 KiB for a 256 -> 512
 // 3x3x3 layer) is read from the L2 cache once per block rather than from memory once per row
@@ -682,6 +690,13 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
                                                    : tasks / (4 * (int64_t)threads) > 8 ? 8
                                                    : tasks / (4 * (int64_t)threads);
     if (tasks < threads) threads = (int)tasks;
+    // An output of IG_STREAM_BYTES or more, written whole (not accumulated), goes to memory with
+    // non-temporal stores from whole tiles (AVX2 kernels; the AVX-512 ones store as usual): it
+    // does not fit the caches anyway, and a plain store first reads each line in. Measured on a
+    // 2-core EPYC: the small CNN's first convolution (3 -> 32 on 32x32, batch 64: 8 MiB) 0.275 ->
+    // 0.157 s over 120 steps, the whole step 4% faster. Stores only: the same bits.
+    act.stream = !acc && spt == 1 && P % 8 == 0 && (uintptr_t)y % 32 == 0 &&
+                 4.0 * (double)n * (double)g->geo.f * (double)P >= IG_STREAM_BYTES;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float *panel = panels + (int64_t)omp_get_thread_num() * ig_panel_floats(g), *yb = panel + g->kk * NR;
@@ -715,6 +730,9 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
                 for (int64_t i = 0; i < ns; i++)
                     for (int64_t c = c0; c < c1; c++)
                         memcpy(y + ((s0 + i) * g->geo.f + c) * P, yb + c * NR + i * P, sizeof(float) * (size_t)P);
+#if FAST_BUILT
+            if (act.stream) _mm_sfence();
+#endif
         }
     }
 }

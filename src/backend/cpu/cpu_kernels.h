@@ -50,6 +50,7 @@ typedef struct {
     bool on;
     gl_act act;  // ACT_RELU or ACT_LEAKY_RELU
     float slope;
+    bool stream;  // cpu_conv_fast.c: finished outputs of whole tiles bypass the caches (AVX2 kernels)
 } cpu_store_act;
 bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
