@@ -437,11 +437,38 @@ static void test_layer_checkpoint_roundtrip(void **state) {
     tl_model_free(&m);
 }
 
+// A NaN in one key reaches every output row that attends to it, on every instruction set (the
+// vector exponential once mapped a NaN score to 0, so a NaN in q or k vanished), and no other row.
+static void test_nan_score_reaches_the_output(void **state) {
+    (void)state;
+    const shape_t s = {2, 40, 2, 24, 1, 0};
+    const int64_t ld = 3 * s.h * s.e, jn = 9, hn = 1;  // key of position 9, head 1, sample 0
+    for (int isa = 0; isa <= 2; isa++) {
+        case_t c = case_make(s, 500);
+        c.qkv[jn * ld + s.h * s.e + hn * s.e + 5] = NAN;
+        const int got = cpu_attention_force(isa, 0);
+        const gl_backend *be = backend_cpu();
+        be->attention_forward(s.n, s.t, s.h, s.e, c.scale, s.causal, s.rate, SEED, STEP, BASE, c.qkv, c.y, c.lse);
+        for (int64_t n = 0; n < s.n; n++)
+            for (int64_t i = 0; i < s.t; i++)
+                for (int64_t h = 0; h < s.h; h++) {
+                    const bool sees = n == 0 && h == hn && i >= jn;  // causal: rows from 9 on
+                    const float v = c.y[(n * s.t + i) * s.h * s.e + h * s.e];
+                    if (sees != isnan(v))
+                        fail_msg("isa %d: row %lld of head %lld, sample %lld is %g (a NaN key at 9 %s it)", got,
+                                 (long long)i, (long long)h, (long long)n, (double)v, sees ? "precedes" : "is not in");
+                }
+        case_free(&c);
+    }
+    cpu_attention_force(-1, -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_matches_naive),
         cmocka_unit_test(test_kernel_with_dropout_matches_naive_with_the_same_draws),
         cmocka_unit_test(test_fast_paths_and_splits),
+        cmocka_unit_test(test_nan_score_reaches_the_output),
         cmocka_unit_test(test_dropout_backward_is_forwards_derivative),
         cmocka_unit_test(test_dropout_keeps_about_one_minus_rate),
         cmocka_unit_test(test_layer_heads_must_divide_d),

@@ -12,9 +12,12 @@ typedef float af_u __attribute__((vector_size(AW * 4), aligned(4), may_alias));
 #define AINLINE static inline __attribute__((always_inline))
 
 // e^x in each lane (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, times 2^n; within
-// 2 ulp of expf); 0 below -87.3 (so -INF, a masked score, gives 0).
+// 2 ulp of expf); 0 below -87.3 (so -INF, a masked score, gives 0); NaN stays NaN, as with expf,
+// so a NaN score reaches the output and the run's non-finite check (it used to give 0 and vanish).
 AINLINE af AFN(vexp)(af x) {
     const af lo = (af){0} - 87.33654f, hi = (af){0} + 88.37626f;
+    const ai nan = x != x;
+    const af x0 = x;
     const ai keep = x >= lo;
     x = (af)(((ai)x & keep) | ((ai)lo & ~keep));  // x < lo (and NaN) -> lo; zeroed below
     const ai big = x > hi;
@@ -33,7 +36,7 @@ AINLINE af AFN(vexp)(af x) {
     y = y * r + 5.0000001201E-1f;
     y = y * (r * r) + r + 1.0f;
     const af p2 = (af)((t + 127) << 23);
-    return (af)((ai)(y * p2) & keep);
+    return (af)(((ai)(y * p2) & keep) | ((ai)x0 & nan));
 }
 
 // Lanes l .. l+AW-1 of x[0, cnt) (past cnt: `fill`).
