@@ -147,9 +147,13 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     if (s->threads_note[0]) fprintf(o, "  %s\n", s->threads_note);
     if (s->input_note[0]) fprintf(o, "  %s\n", s->input_note);
     if (s->replay_note[0]) fprintf(o, "  %s\n", s->replay_note);
-    fputs("  last val ", o);
-    print_metrics(o, s->last_loss, &s->last);
-    fputc('\n', o);
+    if (isnan(s->last_loss)) {
+        fputs("  last val: none (no evaluation in this run)\n", o);
+    } else {
+        fputs("  last val ", o);
+        print_metrics(o, s->last_loss, &s->last);
+        fputc('\n', o);
+    }
     if (s->iou[0]) fprintf(o, "  %s\n", s->iou);
     fprintf(o, "  best val loss %.4f at step %lld", s->best_loss, (long long)s->best_loss_step);
     if (s->best_metric != METRIC_NONE)

@@ -140,5 +140,7 @@ void run_mllog_stop(gl_run *u, double t, gl_runsummary *sum);
 
 // "validation accuracy >= 0.9": the recipe's target in words.
 const char *run_target_words(const recipe_t *r, char *buf, size_t len);
+// Whether v (the target metric's value) meets train.target (NaN: no).
+int run_target_met(const recipe_t *r, double v);
 
 #endif

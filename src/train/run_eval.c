@@ -6,7 +6,7 @@
 #include "galley/check.h"
 #include "train/run.h"
 
-static int target_met(const recipe_t *r, double v) {
+int run_target_met(const recipe_t *r, double v) {
     if (isnan(v)) return 0;
     if (!isnan(r->train.target.above)) return v >= r->train.target.above;
     return v <= r->train.target.below;
@@ -33,7 +33,7 @@ static void report_eval(gl_run *u, double secs) {
     if (r->train.target.metric != METRIC_NONE) {
         res->last = res->best = metrics_value(&u->vm, r->train.target.metric);
         u->best_step = u->step;
-        if (target_met(r, res->last)) {
+        if (run_target_met(r, res->last)) {
             res->target_reached = 1;
             fprintf(u->out, "target met: %s (%s %.4f)\n", run_target_words(r, tw, sizeof tw),
                     metrics_name(r->train.target.metric), res->last);
@@ -73,7 +73,7 @@ static void report_step(gl_run *u, double te, double te2) {
         int up = !isnan(r->train.target.above);
         if (isnan(res->best) || (up ? v > res->best : v < res->best)) res->best = v, u->best_step = step;
         res->last = v;
-        if (res->target_reached == 0 && target_met(r, v)) {
+        if (res->target_reached == 0 && run_target_met(r, v)) {
             res->target_reached = 1;
             if (u->w.steps > 0) run_window_log(u, now_s(), false);
             fprintf(u->out, "target reached: %s at step %lld, epoch %lld (%s %.4f)\n",

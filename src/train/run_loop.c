@@ -18,6 +18,9 @@ void run_start(gl_run *u) {
     u->epoch = u->step / u->steps_per_epoch + 1;
     res->best = ck->best, res->best_loss = ck->best_loss, res->best_loss_step = ck->best_loss_step;
     res->epochs_run = ck->epochs_run;
+    // A checkpoint whose best value meets the target is of a run that reached it (and stopped
+    // there, or ended with it): run_loop trains no further, and the run ends reached (exit 0).
+    if (res->target_reached == 0 && run_target_met(u->r, res->best)) res->target_reached = 1;
     for (int i = 0; i < PHASE_COUNT; i++) u->ph[i] = 0;
     u->t_start = now_s(), u->t_mark = u->t_start, u->t_now = u->t_start, u->data_mark = 0, u->t_ckpt = u->t_start;
     // The CPU's idle threads spin long only while the cores are not shared (cpu_spin.c).
@@ -99,6 +102,13 @@ static int save_last(gl_run *u) {
 
 int run_loop(gl_run *u) {
     const recipe_t *r = u->r;
+    if (u->res->target_reached == 1) {
+        char tw[128];
+        fprintf(u->out, "nothing to train: the checkpoint's run reached its target (%s: %s %.4f at step %lld)\n",
+                run_target_words(r, tw, sizeof tw), metrics_name(r->train.target.metric), u->res->best,
+                (long long)u->best_step);
+        return save_last(u);
+    }
     if (u->step >= u->total_steps)
         fprintf(u->out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
                         "train.steps or train.epochs to go on\n", (long long)u->step, (long long)u->total_steps);

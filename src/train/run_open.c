@@ -17,6 +17,7 @@ void run_init(gl_run *u, const recipe_t *r, const train_opts *opts, FILE *out, F
     res->target_reached = r->train.target.metric == METRIC_NONE ? -1 : 0;
     res->best = NAN;
     res->best_loss = NAN;
+    res->last_loss = NAN;  // until an evaluation runs (a resumed run may have none)
     memset(u, 0, sizeof *u);
     u->r = r;
     u->opts = opts;

@@ -7,7 +7,8 @@
 #   - checkpoint.keep prunes; `galley ckpt inspect` lists the layout and verifies checksums;
 #   - a truncated or bit-flipped checkpoint is refused naming the damage (the whole-file seal;
 #     the tensors' own checksums in a checkpoint from before it), and `--resume auto`
-#     falls back to the previous good one and says so; a checkpoint of another model: exit 2.
+#     falls back to the previous good one and says so; a checkpoint of another model: exit 2;
+#   - resuming a run that reached its target trains no further and exits 0.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
@@ -67,6 +68,20 @@ assert_exit 0 "$GALLEY" eval "$MLP" "${mlp[@]}" checkpoint.dir=ev --checkpoint a
 assert_contains "$OUT" "evaluation at step 40: val $want"
 assert_exit 2 "$GALLEY" eval "$MLP" log.files=false
 assert_contains "$ERR" "give the weights to evaluate: --checkpoint"
+
+info "a run that reached its target, resumed: nothing to train, exit 0 (it exited 3, target NOT reached)"
+tgt=(train.steps=64 log.files=false checkpoint.dir=tg)
+assert_exit 0 "$GALLEY" train "$GALLEY_SRC/recipes/mlp.yaml" "${tgt[@]}"
+assert_contains "$OUT" "target reached: validation accuracy >= 0.9 at step 64"
+assert_exit 0 "$GALLEY" train "$GALLEY_SRC/recipes/mlp.yaml" "${tgt[@]}" --resume auto
+assert_contains "$OUT" "nothing to train: the checkpoint's run reached its target (validation accuracy >= 0.9"
+assert_contains "$OUT" "last val: none (no evaluation in this run)"
+[[ $OUT != *"NOT reached"* ]] || fail "a reached target reported as not reached: $OUT"
+[[ $(ls tg) == "mlp-step00000064.h5" ]] || fail "resuming a finished run wrote checkpoints: $(ls -A tg)"
+# A stricter target than the checkpoint's best: training goes on (and here cannot reach it).
+assert_exit 3 "$GALLEY" train "$GALLEY_SRC/recipes/mlp.yaml" "${tgt[@]}" train.steps=70 \
+    'train.target={metric: accuracy, above: 1.01}' --resume auto
+assert_contains "$OUT" "target NOT reached: validation accuracy >= 1.01"
 
 # ---- inspect and keep ----------------------------------------------------------------------
 info "ckpt inspect lists the layout; checkpoint.keep prunes"
