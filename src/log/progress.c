@@ -53,16 +53,20 @@ static double metric_in(const gl_metric_set *s, int id) {
     return NAN;
 }
 
+void format_rate(double v, char *buf, size_t len) {
+    snprintf(buf, len, v < 10 ? "%.2f" : v < 100 ? "%.1f" : "%.0f", v);
+}
+
 void format_progress(const gl_runlog *lg, const gl_logpoint *p, char *buf, size_t len) {
     const gl_runinfo *in = &lg->info;
-    char eta[32], metric[48] = "";
+    char eta[32], metric[48] = "", rate[32];
     double left = p->step > 0 ? p->time / (double)p->step * (double)(in->total_steps - p->step) : NAN;
     format_duration(left, eta, sizeof eta);
+    format_rate(p->samples_per_s, rate, sizeof rate);
     int mm = in->main_metric;
     if (mm != METRIC_NONE && mm != METRIC_LOSS) snprintf(metric, sizeof metric, "  %s %.4f", metric_short(mm), metric_in(&p->m, mm));
-    snprintf(buf, len, "step %6lld/%lld (epoch %lld)  loss %.4f%s | lr %.4g | %.0f samples/s | ETA %s",
-             (long long)p->step, (long long)in->total_steps, (long long)p->epoch, p->loss, metric, p->lr,
-             p->samples_per_s, eta);
+    snprintf(buf, len, "step %6lld/%lld (epoch %lld)  loss %.4f%s | lr %.4g | %s samples/s | ETA %s",
+             (long long)p->step, (long long)in->total_steps, (long long)p->epoch, p->loss, metric, p->lr, rate, eta);
 }
 
 size_t format_record(const gl_logpoint *p, const char *kind, double wall_time, char *buf, size_t len) {

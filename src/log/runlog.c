@@ -138,8 +138,8 @@ int runlog_open(gl_runlog *lg, const recipe_t *r, const char *run_dir, int rank,
 }
 
 // "1234", "12.3k", "1.23M"
-static void format_rate(double v, char *buf, size_t len) {
-    if (v < 1e4) snprintf(buf, len, "%.0f", v);
+static void format_rate_short(double v, char *buf, size_t len) {
+    if (v < 1e4) format_rate(v, buf, len);
     else if (v < 1e6) snprintf(buf, len, "%.1fk", v / 1e3);
     else snprintf(buf, len, "%.2fM", v / 1e6);
 }
@@ -151,7 +151,7 @@ void runlog_live(gl_runlog *lg, const gl_logpoint *p, double now) {
     char bar[BAR + 4], eta[32], rate[32], metric[48] = "";
     double left = p->step > 0 ? p->time / (double)p->step * (double)(in->total_steps - p->step) : NAN;
     format_duration(left, eta, sizeof eta);
-    format_rate(p->samples_per_s, rate, sizeof rate);
+    format_rate_short(p->samples_per_s, rate, sizeof rate);
     int mm = in->main_metric;
     for (int i = 0; i < p->m.n; i++)
         if (p->m.id[i] == mm) snprintf(metric, sizeof metric, " %s %.4f", metric_short(mm), p->m.v[i]);

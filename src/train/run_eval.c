@@ -59,9 +59,10 @@ static void report_step(gl_run *u, double te, double te2) {
         snprintf(line, sizeof line, "epoch %3lld/%lld", (long long)epoch, (long long)u->epochs);
     // The share of this window's training time spent waiting for data (evaluation excluded).
     double train_s = elapsed - (te2 - te), data_s = u->ph[PHASE_DATA] - u->data_mark;
-    fprintf(u->out, "%s  %s | val %s | lr %.4g | data %.1f%% | %.0f samples/s  %.2f s\n", line, tl, vl,
-            lr_at(&u->lr, step - 1), train_s > 0 ? 100.0 * data_s / train_s : 0.0,
-            (double)u->seen / (elapsed > 0 ? elapsed : 1e-9), elapsed);
+    char rate[32];
+    format_rate((double)u->seen / (elapsed > 0 ? elapsed : 1e-9), rate, sizeof rate);
+    fprintf(u->out, "%s  %s | val %s | lr %.4g | data %.1f%% | %s samples/s  %.2f s\n", line, tl, vl,
+            lr_at(&u->lr, step - 1), train_s > 0 ? 100.0 * data_s / train_s : 0.0, rate, elapsed);
     u->data_mark = u->ph[PHASE_DATA];
     fflush(u->out);
     res->epochs_run = (int)epoch;

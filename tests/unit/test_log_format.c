@@ -45,6 +45,17 @@ static void test_progress_line(void **state) {
     lg.info.main_metric = METRIC_TOPK;
     format_progress(&lg, &p, line, sizeof line);
     assert_non_null(strstr(line, "  top_k 0.8750 |"));
+    // Below 1 sample/s (a 4,050-token ViT at batch 1 on a CPU) the rate keeps its digits.
+    p.samples_per_s = 0.4239;
+    format_progress(&lg, &p, line, sizeof line);
+    assert_non_null(strstr(line, "| 0.42 samples/s |"));
+    char r[32];
+    format_rate(12.345, r, sizeof r);
+    assert_string_equal(r, "12.3");
+    format_rate(99.96, r, sizeof r);
+    assert_string_equal(r, "100.0");
+    format_rate(150.4, r, sizeof r);
+    assert_string_equal(r, "150");
 }
 
 typedef struct {
