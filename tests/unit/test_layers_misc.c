@@ -856,6 +856,11 @@ static void test_infer_errors_name_the_shapes(void **state)
                        shp(3, 2, 6, 6, 0), "needs the other dimensions equal, got [2, 6, 6], [2, 3, 3]", NULL);
     expect_infer_error("    - {type: flatten, name: a}\n    - {type: concat, inputs: [a, input]}\n", shp(3, 2, 6, 6, 0),
                        "got [72], [2, 6, 6]", NULL);
+    // Tokens join along T: the message says so (it said "channels").
+    gl_shape tok = {2, {6, 8}};
+    tok.tokens = true;
+    expect_infer_error("    - {type: dense, units: 4, name: a}\n    - {type: concat, inputs: [input, a]}\n", tok,
+                       "concat joins along tokens (the first dimension)", "[T 6, D 8]");
     expect_infer_error("    - {type: max_pool, kernel: 5}\n", shp(3, 2, 4, 9, 0),
                        "kernel 5 is larger than the spatial size 4 plus padding 0", "input shape [2, 4, 9]");
     expect_infer_error("    - {type: avg_pool, kernel: 4, padding: 1}\n", shp(4, 1, 1, 9, 9),

@@ -69,10 +69,8 @@ static int concat_infer(layer_t *l, char *err, size_t errlen) {
         if (!ok) {
             char shapes[256];
             format_inputs(l, shapes, sizeof shapes);
-            snprintf(err, errlen,
-                     "concat joins along channels (the first dimension) and needs the other dimensions equal, "
-                     "got %s",
-                     shapes);
+            snprintf(err, errlen, "concat joins along %s (the first dimension) and needs the other dimensions equal, got %s",
+                     a->tokens ? "tokens" : "channels", shapes);
             return -1;
         }
         out.d[0] += b->d[0];
@@ -104,7 +102,8 @@ static void concat_backward(layer_t *l, const gl_backend *be, int64_t n) {
 
 const layer_kind layer_concat = {
     .name = "concat",
-    .doc = "joins 2 to 8 inputs along the channel dimension; the other dimensions must match",
+    .doc = "joins 2 to 8 inputs along the first dimension (channels of maps, tokens of [T, D] tokens); the other "
+           "dimensions must match",
     .keys = no_keys,
     .min_inputs = 2,
     .max_inputs = 8,
