@@ -12,9 +12,10 @@
 #      OpenBLAS galley links, on the OpenBLAS core galley runs (galley picks one itself where
 #      OpenBLAS does not know the CPU: src/backend/cpu/cpu_blas_core.c); square 2048..4096
 #      sgemm, best of 5, at 1 and at all threads.
-#   3. Four models, the same in galley and PyTorch (tests/bench/torch_bench.py): small_cnn
+#   3. Five models, the same in galley and PyTorch (tests/bench/torch_bench.py): small_cnn
 #      (tests/bench/small_cnn.yaml, batch 64), mlp (recipes/mlp.yaml, batch 128), cosmoflow
-#      (recipes/cosmoflow.yaml at 32^3, batch 8), vit_tiny (recipes/vit-tiny.yaml, batch 64,
+#      (recipes/cosmoflow.yaml at 32^3, batch 8), cnn3d (tests/bench/cnn3d.yaml: one channel at
+#      40^3, three conv blocks, batch 8), vit_tiny (recipes/vit-tiny.yaml, batch 64,
 #      AdamW); fp32, SGD momentum 0.9 but for vit_tiny, synthetic in-memory data. Each framework at each of BENCH_THREADS; a framework's best counts.
 #   4. All of that twice: with OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE as the environment sets
 #      them, and with both unset.
@@ -30,7 +31,7 @@
 #   GALLEY          a galley binary to use (default: build one in build-bench/ with CMake)
 #   BENCH_SECONDS   timed seconds per run (default 5; cosmoflow runs at least 10 steps)
 #   BENCH_THREADS   thread counts to try (default "1 2")
-#   BENCH_MODELS    models to run (default "small_cnn mlp cosmoflow vit_tiny")
+#   BENCH_MODELS    models to run (default "small_cnn mlp cosmoflow cnn3d vit_tiny")
 #   BENCH_REPEAT    runs of each (framework, model, threads); the best counts (default 2)
 #   BENCH_VENV      the virtual environment for PyPI PyTorch (default tests/bench/.venv)
 #   BENCH_NO_INSTALL=1  never install anything; a missing PyTorch leaves its column empty
@@ -41,7 +42,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 VENV=${BENCH_VENV:-$HERE/.venv}
 SECS=${BENCH_SECONDS:-5}
 THREADS=${BENCH_THREADS:-"1 2"}
-MODELS=${BENCH_MODELS:-"small_cnn mlp cosmoflow vit_tiny"}
+MODELS=${BENCH_MODELS:-"small_cnn mlp cosmoflow cnn3d vit_tiny"}
 REPEAT=${BENCH_REPEAT:-2}
 NO_INSTALL=${BENCH_NO_INSTALL:-0}
 DEB_PY=/usr/bin/python3
@@ -149,17 +150,18 @@ cc -O2 -fopenmp -I"$OPENBLAS_INC" -o "$WORK/sgemm_peak" "$HERE/sgemm_peak.c" \
     "$OPENBLAS_DIR/libopenblas.a" -lgfortran -lm -lpthread || { warn "sgemm_peak did not build"; exit 1; }
 
 # --- models ----------------------------------------------------------------------------------
-model_batch() { case $1 in small_cnn | vit_tiny) echo 64 ;; mlp) echo 128 ;; cosmoflow) echo 8 ;; esac; }
+model_batch() { case $1 in small_cnn | vit_tiny) echo 64 ;; mlp) echo 128 ;; cosmoflow | cnn3d) echo 8 ;; esac; }
 model_args() { # MODEL -> galley recipe and overrides (without steps and threads)
     case $1 in
         small_cnn) echo "$HERE/small_cnn.yaml data.synthetic.val_size=64" ;;
         mlp) echo "$ROOT/recipes/mlp.yaml data.synthetic.val_size=128" ;;
         cosmoflow) echo "$ROOT/recipes/cosmoflow.yaml data.synthetic.size=32 data.synthetic.train_size=64 data.synthetic.val_size=8 train.batch_size=8" ;;
+        cnn3d) echo "$HERE/cnn3d.yaml" ;;
         vit_tiny) echo "$ROOT/recipes/vit-tiny.yaml data.synthetic.val_size=64" ;;
     esac
 }
-model_cal_steps() { case $1 in small_cnn | vit_tiny) echo 8 ;; mlp) echo 40 ;; cosmoflow) echo 2 ;; esac; }
-model_warmup() { case $1 in cosmoflow) echo 2 ;; *) echo 3 ;; esac; }
+model_cal_steps() { case $1 in small_cnn | vit_tiny) echo 8 ;; mlp) echo 40 ;; cosmoflow | cnn3d) echo 2 ;; esac; }
+model_warmup() { case $1 in cosmoflow | cnn3d) echo 2 ;; *) echo 3 ;; esac; }
 
 # MFLOPs forward per sample, from galley check's summary ("12.31 MFLOPs forward per sample").
 declare -A MFLOPS

@@ -11,6 +11,9 @@ MODEL is one of:
   cosmoflow  4x32x32x32 -> 5 x [conv3d k3 same (32..512), leaky_relu 0.3, maxpool3d 2] -> flatten
              -> dense 128 -> dropout 0.5 -> dense 64 -> dropout 0.5 -> dense 4 -> tanh x 1.2;
              batch 8; MSE (recipes/cosmoflow.yaml with data.synthetic.size=32)
+  cnn3d      1x40x40x40 -> 3 x [conv3d k3 same (16, 32, 64), relu, maxpool3d 2] -> flatten -> dense 4;
+             batch 8; MSE (tests/bench/cnn3d.yaml: a 3D CNN at sizes the recipes do not use, with a
+             one-channel first layer)
   vit_tiny   3x32x32 -> patch 4 -> 64 tokens of 192 -> pos -> 6 pre-norm blocks (3 heads, MLP 768,
              exact GELU) -> layer_norm -> token mean -> dense 6; batch 64; softmax cross-entropy;
              AdamW (recipes/vit-tiny.yaml; tests/bench/torch_vit.py; SDPA where torch has it)
@@ -82,10 +85,18 @@ def build(model):
         return net, (784,), 128, 8192, "ce", 10
     if model == "cosmoflow":
         return Cosmo(4), (4, 32, 32, 32), 8, 64, "mse", 4
+    if model == "cnn3d":
+        net = nn.Sequential(
+            nn.Conv3d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool3d(2),
+            nn.Conv3d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool3d(2),
+            nn.Conv3d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool3d(2),
+            nn.Flatten(), nn.Linear(64 * 5 * 5 * 5, 4),
+        )
+        return net, (1, 40, 40, 40), 8, 64, "mse", 4
     if model == "vit_tiny":
         net = ViT(3, (32, 32), 4, 192, 6, 3, head="classes", classes=6, sdpa=True)
         return net, (3, 32, 32), 64, 4096, "ce", 6
-    raise SystemExit(f"torch_bench.py: unknown model {model!r} (small_cnn, mlp, cosmoflow, vit_tiny)")
+    raise SystemExit(f"torch_bench.py: unknown model {model!r} (small_cnn, mlp, cosmoflow, cnn3d, vit_tiny)")
 
 
 def main():
