@@ -650,23 +650,50 @@ static void fast_model_conv(int64_t n, int64_t c, int64_t f, const int64_t in[3]
             }
 }
 
-// dw (f, c, taps) = the fmaf chain over samples, then positions, of x's tap value times dy.
+// Where a weight gradient of at most 16384 floats is cut into chunks (cpu_conv_fast.c's
+// dw_chunks): Q = min(16, tiles), tiles being 32 positions of a sample, or as many whole samples
+// as 32 positions hold where a sample has fewer than 16; 0: not cut.
+static int64_t fast_dw_chunks(int64_t n, int64_t c, int64_t f, int64_t taps, int64_t out_pos, int64_t *tiles,
+                              int64_t *spt) {
+    *spt = out_pos >= 16 ? 1 : 32 / out_pos;
+    *tiles = *spt > 1 ? (n + *spt - 1) / *spt : n * ((out_pos + 31) / 32);
+    if (c * taps * f > 16384) return 0;
+    return *tiles < 16 ? *tiles : 16;
+}
+
+// The position (sample * out_pos + position) where tile T starts.
+static int64_t fast_tile_start(int64_t T, int64_t n, int64_t out_pos, int64_t spt) {
+    if (spt > 1) return (T * spt < n ? T * spt : n) * out_pos;
+    const int64_t tps = (out_pos + 31) / 32;
+    return T / tps * out_pos + T % tps * 32;
+}
+
+// dw (f, c, taps) = the fmaf chain over samples, then positions, of x's tap value times dy; or,
+// cut into Q chunks of tiles, each chunk's chain from 0, then the chunks' sums added in order.
 static void fast_model_dw(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                           const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                           const float *dy, float *dw) {
     int64_t taps = k[0] * k[1] * k[2], in_pos = in[0] * in[1] * in[2], out_pos = out[0] * out[1] * out[2];
+    int64_t tiles, spt, q = fast_dw_chunks(n, c, f, taps, out_pos, &tiles, &spt);
+    if (q == 0) q = 1, tiles = 1, spt = n;  // one chunk: all positions
     for (int64_t fo = 0; fo < f; fo++)
         for (int64_t ci = 0; ci < c; ci++)
             for (int64_t t = 0; t < taps; t++) {
                 int64_t tt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
-                float a = 0.0f;
-                for (int64_t s = 0; s < n; s++)
-                    for (int64_t q = 0; q < out_pos; q++) {
-                        int64_t o[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]};
+                float sum = 0.0f;
+                for (int64_t r = 0; r < q; r++) {
+                    const int64_t a0 = fast_tile_start(tiles * r / q, n, out_pos, spt);
+                    const int64_t a1 = fast_tile_start(tiles * (r + 1) / q, n, out_pos, spt);
+                    float a = 0.0f;
+                    for (int64_t i = a0; i < a1; i++) {
+                        const int64_t s = i / out_pos, qq = i % out_pos;
+                        int64_t o[3] = {qq / (out[1] * out[2]), qq / out[2] % out[1], qq % out[2]};
                         float v = tap_value(x + (s * c + ci) * in_pos, in, o, tt, d, p);
-                        a = fmaf(v, dy[(s * f + fo) * out_pos + q], a);
+                        a = fmaf(v, dy[(s * f + fo) * out_pos + qq], a);
                     }
-                dw[(fo * c + ci) * taps + t] = a;
+                    sum = r == 0 ? a : sum + a;
+                }
+                dw[(fo * c + ci) * taps + t] = sum;
             }
 }
 
@@ -716,8 +743,11 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
     int64_t kf = c * taps, kb = f * taps, kfp = PAD86(kf), fp = PAD86(f), cp = PAD86(c);
 #undef PAD86
     int64_t sf = fp * kf + 3 * (kf + fp) * 32;
-    int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f + 3 * (kfp * 32 + 32 * f);
-    int64_t swg = kfp * f + 3 * 8 * (kfp * 32 + 32 * f);  // dW with room for groups of 8 tiles a thread
+    // dW (with the chunks' partial sums where it is cut: fast_dw_chunks) and per thread a tile's
+    // panel and dy, or groups of 8 tiles
+    int64_t tiles_, spt_, parts = 1 + fast_dw_chunks(n, c, f, taps, out_pos, &tiles_, &spt_);
+    int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f * parts + 3 * (kfp * 32 + 32 * f);
+    int64_t swg = kfp * f * parts + 3 * 8 * (kfp * 32 + 32 * f);
     int64_t ns = sf > sb ? sf : sb;
     ns = ns > swg ? ns : swg;
     guard_map gm[9];
