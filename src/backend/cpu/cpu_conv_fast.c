@@ -770,6 +770,37 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
 // transposed dy [NR][F], kkp the reduction length padded for either instruction set.
 static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
 
+// The part of dW one thread sums for one group of tiles: row blocks [b0, b1) of dW (mr rows
+// each), filters [fa, fb), and the input channels [c_lo, c_hi) those rows read.
+typedef struct {
+    int64_t b0, b1, fa, fb, c_lo, c_hi;
+} dw_block;
+
+// out [kkp][F] (its block k) += the tiles [T0, T1)'s positions, in order, side by side in panel
+// [kkp][ldp] and dyt [J][fb - fa]; with init the sums start from 0 (the first group).
+static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, int64_t T0,
+                     int64_t T1, const dw_block *k, float *panel, float *dyt, int64_t ldp, float *out, bool init) {
+    const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, fw = k->fb - k->fa, spt = ig_samples_per_tile(P);
+    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR;
+    int64_t J = 0;  // the group's positions so far: its panel columns and dyt rows
+    for (int64_t T = T0; T < T1; T++) {
+        const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
+        const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;  // positions per sample
+        for (int64_t i = 0; i < ns; i++, J += len) {
+            kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, k->c_lo, k->c_hi, panel, ldp, J);
+            kr->dy_transpose(dy + ((s0 + i) * F + k->fa) * P + p0, P, fw, len, dyt + J * fw);  // [len][fw]
+        }
+    }
+    for (int64_t b = k->b0; b < k->b1; b++) {
+        const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
+        for (int64_t f0 = k->fa; f0 < k->fb; f0 += NR) {
+            const int cols = (int)(k->fb - f0 < NR ? k->fb - f0 : NR);
+            kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F, (int)rows,
+                        cols, init);
+        }
+    }
+}
+
 // dwt [kkp][F] = the weight gradient of g over n >= 1 samples (x (n, cin, in), dy (n, cout, out)),
 // transposed. Threads own fixed blocks of dwt and run every sample and position in order, so
 // each element's sum is the same at any thread count. The blocks are ranges of mr-row blocks of
@@ -785,8 +816,7 @@ static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR
 static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, float *dwt,
                    float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
-    const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
-    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = ig_tiles(n, P);  // tiles in order
+    const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
     const int64_t parts = by_f ? fg : kb;
     if (parts < threads) threads = (int)parts;
@@ -801,28 +831,12 @@ static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
             b0 = kb * t / nt, b1 = kb * (t + 1) / nt;
         }
         const int64_t c_lo = b0 * mr / g->taps, c_hi0 = (b1 * mr + g->taps - 1) / g->taps;
-        const int64_t c_hi = c_hi0 < g->geo.c ? c_hi0 : g->geo.c, fw = fb - fa;
+        const int64_t c_hi = c_hi0 < g->geo.c ? c_hi0 : g->geo.c;
+        const dw_block blk = {b0, b1, fa, fb, c_lo, c_hi};
         float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
         memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
-        for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg) {
-            int64_t J = 0;  // the group's positions so far: its panel columns and dyt rows
-            for (int64_t T = T0; T < ntiles && T < T0 + tg; T++) {
-                const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
-                const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;  // positions per sample
-                for (int64_t i = 0; i < ns; i++, J += len) {
-                    kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, c_lo, c_hi, panel, ldp, J);
-                    kr->dy_transpose(dy + ((s0 + i) * F + fa) * P + p0, P, fw, len, dyt + J * fw);  // [len][fw]
-                }
-            }
-            for (int64_t b = b0; b < b1; b++) {
-                const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
-                for (int64_t f0 = fa; f0 < fb; f0 += NR) {
-                    const int cols = (int)(fb - f0 < NR ? fb - f0 : NR);
-                    kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - fa), fw, dwt + b * mr * F + f0, F, (int)rows,
-                                cols, T0 == 0);
-                }
-            }
-        }
+        for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg)
+            dw_group(kr, g, n, x, dy, T0, T0 + tg < ntiles ? T0 + tg : ntiles, &blk, panel, dyt, ldp, dwt, T0 == 0);
     }
 }
 
@@ -849,34 +863,19 @@ static int64_t dw_chunks(const ig_plan *g, int64_t n) {
 static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy,
                           float *dwt, float *part, int64_t q, float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, kkp = kb * mr;
-    const int64_t per = tg * dw_per_tile(g), spt = ig_samples_per_tile(P), ldp = tg * NR;
-    const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR, ntiles = ig_tiles(n, P);
+    const int64_t per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);
     if (q < threads) threads = (int)q;
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float *panel = buf + (int64_t)omp_get_thread_num() * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
         memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
+        const dw_block all_of_it = {0, kb, 0, F, 0, g->geo.c};
 #pragma omp for schedule(dynamic, 1)
         for (int64_t r = 0; r < q; r++) {
-            float *pr = part + r * kkp * F;
             const int64_t ta = ntiles * r / q, tb = ntiles * (r + 1) / q;
-            for (int64_t T0 = ta; T0 < tb; T0 += tg) {
-                int64_t J = 0;  // the group's positions so far
-                for (int64_t T = T0; T < tb && T < T0 + tg; T++) {
-                    const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
-                    const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;
-                    for (int64_t i = 0; i < ns; i++, J += len) {
-                        kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, 0, g->geo.c, panel, ldp, J);
-                        kr->dy_transpose(dy + (s0 + i) * F * P + p0, P, F, len, dyt + J * F);
-                    }
-                }
-                for (int64_t b = 0; b < kb; b++) {
-                    const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
-                    for (int64_t f0 = 0; f0 < F; f0 += NR)
-                        kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + f0, F, pr + b * mr * F + f0, F, (int)rows,
-                                    (int)(F - f0 < NR ? F - f0 : NR), T0 == ta);
-                }
-            }
+            for (int64_t T0 = ta; T0 < tb; T0 += tg)
+                dw_group(kr, g, n, x, dy, T0, T0 + tg < tb ? T0 + tg : tb, &all_of_it, panel, dyt, ldp,
+                         part + r * kkp * F, T0 == ta);
         }
     }
     const int64_t all = kkp * F;
