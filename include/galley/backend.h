@@ -42,6 +42,7 @@ typedef struct {
     int tensor;           // index into the optimizer's tensors (parameter order, empty ones skipped)
     bool plain;           // optimizer.exclude_1d and a 1-D tensor: no weight decay, LAMB ratio 1
     bool split;           // its tensor is split over the tensor group (tp.h): norms sum it over the group
+    int part, parts;      // its place among its tensor's chunks (0 .. parts - 1), for optim_owner
 } gl_chunk;
 
 // One optimizer update's scalars, computed on the host by src/optim (rule: OPT_* of backend_types.h).

@@ -9,6 +9,7 @@
 //     u = m_hat / (sqrt(v_hat) + eps) + wd * w
 //     ratio = ||W|| / ||U||  (1 when either norm is 0);  w -= lr * ratio * u
 #include <math.h>
+#include <omp.h>
 
 #include "galley/backend.h"
 #include "optim/optim_internal.h"
@@ -40,8 +41,9 @@ static void adamw_update(gl_optim *o, const gl_optim_args *a, double lr, float *
     const bool clip = k.clip;
     float *m = o->m, *v = o->v;
     const gl_optim_chunk *ch = o->chunks;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < o->nchunks; c++) {
+#pragma omp parallel
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+        if (optim_owner(&ch[c], nt) != me) continue;
         int64_t end = ch[c].offset + ch[c].len;
         const float keep = ch[c].plain ? 1.0f : decayed;
         for (int64_t i = ch[c].offset; i < end; i++) {
@@ -77,8 +79,9 @@ static void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w
     float *m = o->m, *v = o->v;
     double *wsq = o->partial + o->nchunks, *usq = o->partial + 2 * o->nchunks;
     const gl_optim_chunk *ch = o->chunks;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < o->nchunks; c++) {
+#pragma omp parallel
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+        if (optim_owner(&ch[c], nt) != me) continue;
         int64_t end = ch[c].offset + ch[c].len;
         const float wdc = ch[c].plain ? 0.0f : wd;
         double sw = 0.0, su = 0.0;
@@ -96,8 +99,9 @@ static void lamb_update(gl_optim *o, const gl_optim_args *a, double lr, float *w
     }
     lamb_ratios(o, wsq, usq);
     const double *ratio = o->ratio;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < o->nchunks; c++) {
+#pragma omp parallel
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+        if (optim_owner(&ch[c], nt) != me) continue;
         const float step = (float)(lr * ratio[ch[c].tensor]);
         const float wdc = ch[c].plain ? 0.0f : wd;
         int64_t end = ch[c].offset + ch[c].len;

@@ -1,6 +1,7 @@
 // optim.c: optimizer state, the global gradient norm and clipping; the update rules live in
 // sgd.c and adam.c (CPU) or behind the backend's optim_update (a GPU's, backend.h).
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "galley/backend.h"
@@ -83,13 +84,16 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
             if (prm->size <= 0) continue;
             GL_CHECK(prm->offset >= 0 && prm->offset + prm->size <= g->nparams, "parameter tensor outside the block");
             bool plain = r->optimizer.exclude_1d && prm->shape.ndim <= 1;
+            const int parts = (int)((prm->size + GL_OPTIM_CHUNK - 1) / GL_OPTIM_CHUNK);
             for (int64_t s = 0; s < prm->size; s += GL_OPTIM_CHUNK)
                 o->chunks[c++] = (gl_optim_chunk){
                     .offset = prm->offset + s,
                     .len = prm->size - s < GL_OPTIM_CHUNK ? prm->size - s : GL_OPTIM_CHUNK,
                     .tensor = t,
                     .plain = plain,
-                    .split = prm->split != GL_SPLIT_NONE};
+                    .split = prm->split != GL_SPLIT_NONE,
+                    .part = (int)(s / GL_OPTIM_CHUNK),
+                    .parts = parts};
             o->ratio[t++] = 1.0;
         }
 }
@@ -106,8 +110,9 @@ static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
     if (on_device(be)) {
         if (o->nchunks > 0) be->chunk_sumsq(o->nchunks, ch, g, part);
     } else {
-#pragma omp parallel for schedule(static)
-        for (int c = 0; c < o->nchunks; c++) {
+#pragma omp parallel
+        for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+            if (optim_owner(&ch[c], nt) != me) continue;
             // Double lanes (simd: a fixed lane order, so still thread-count independent), then the
             // chunks in order.
             const float *x = g + ch[c].offset;

@@ -4,6 +4,8 @@
 //     v = m * v + d                  (PyTorch starts v at the first d; a zeroed v gives the same)
 //     d = nesterov ? d + m * v : v   (only with momentum m > 0)
 //     w -= lr * d
+#include <omp.h>
+
 #include "galley/backend.h"
 #include "optim/optim_internal.h"
 
@@ -16,8 +18,9 @@ static void sgd_update(gl_optim *o, const gl_optim_args *a, double lr, float *w,
     const bool nesterov = a->nesterov, clip = a->clip;
     float *vel = o->velocity;
     const gl_optim_chunk *ch = o->chunks;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < o->nchunks; c++) {
+#pragma omp parallel
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+        if (optim_owner(&ch[c], nt) != me) continue;
         const int64_t lo = ch[c].offset, end = lo + ch[c].len;
         const float wdc = ch[c].plain ? 0.0f : wd;
         if (clip) {

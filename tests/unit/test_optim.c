@@ -4,7 +4,10 @@
 // parameter block (several tensors; one run spans more than one GL_OPTIM_CHUNK).
 #include "testlib.h"
 
+#include <omp.h>
+
 #include "galley/optim.h"
+#include "optim/optim_internal.h"
 
 #define STEPS 3
 
@@ -70,6 +73,7 @@ typedef struct {
 
 static const char small_model[] = "    - {type: dense, units: 1}\n";      // [4] input: weight 4 + bias 1
 static const char chunked_model[] = "    - {type: dense, units: 1100}\n";  // [4]: 4400 + 1100: two chunks
+static const char wide_model[] = "    - {type: dense, units: 3000}\n";     // [4]: 12000 (3 chunks) + 3000 (1)
 static const double lr_const[STEPS] = {0.1, 0.1, 0.1};
 static const double lr_sched[STEPS] = {0.1, 0.05, 0.025};
 
@@ -243,6 +247,49 @@ static void test_hand_computed_nesterov(void **state)
     tl_model_free(&m);
 }
 
+// optim_owner: every chunk has one thread of nt; a tensor of at least nt chunks gives each thread
+// one non-empty run of consecutive chunks, in thread order (the rows cpu_gemm's static tiles give
+// it); a smaller one goes whole to thread tensor % nt.
+static void test_owner_splits_tensors(void **state)
+{
+    (void)state;
+    for (int nt = 1; nt <= 5; nt++)
+        for (int parts = 1; parts <= 9; parts++)
+            for (int tensor = 0; tensor < 3; tensor++) {
+                int first[8], last[8], prev = 0;
+                for (int t = 0; t < nt; t++) first[t] = -1, last[t] = -1;
+                for (int p = 0; p < parts; p++) {
+                    const gl_optim_chunk ch = {.tensor = tensor, .part = p, .parts = parts};
+                    int t = optim_owner(&ch, nt);
+                    assert_in_range(t, 0, nt - 1);
+                    if (parts < nt) assert_int_equal(t, tensor % nt);
+                    assert_true(t >= prev);  // runs in thread order
+                    if (first[t] < 0) first[t] = p;
+                    else assert_int_equal(last[t], p - 1);  // consecutive
+                    last[t] = p;
+                    prev = t;
+                }
+                if (parts >= nt)
+                    for (int t = 0; t < nt; t++) assert_true(first[t] >= 0);  // nobody idle
+            }
+}
+
+// The update and the norm at 1, 2 and 3 threads: each chunk updated once whoever owns it (the
+// reference checks every weight), with clipping (the norm's pass) and without.
+static void test_threads_share_tensors(void **state)
+{
+    (void)state;
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt++) {
+        omp_set_num_threads(nt);
+        compare(&(sgd_case){"  lr: 0.5\n  momentum: 0.5\n  nesterov: true\n  weight_decay: 0.001\n", 0.5, 0.001,
+                            NAN, 1, lr_sched, wide_model});
+        compare(&(sgd_case){"  lr: 0.5\n  momentum: 0.9\n  clip_norm: 20\n", 0.9, 0.0, 20.0, 0, lr_const,
+                            wide_model});
+    }
+    omp_set_num_threads(saved);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +301,8 @@ int main(void)
         cmocka_unit_test(test_sgd_clip_norm),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_hand_computed_nesterov),
+        cmocka_unit_test(test_owner_splits_tensors),
+        cmocka_unit_test(test_threads_share_tensors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

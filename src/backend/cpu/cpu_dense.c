@@ -15,7 +15,7 @@ void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const fl
 // x is (N,K), w is (U,K), dy is (N,U); dw (U,K) and db (U) are overwritten, dx (N,K) accumulated
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx) {
-    cpu_gemm(true, false, u, k, n, dy, u, x, k, 0.0f, dw, k);  // dW = dy^T . x
+    cpu_gemm_rows(true, false, u, k, n, dy, u, x, k, 0.0f, dw, k);  // dW = dy^T . x
     if (db) {
         // Threads own blocks of 64 units; each sum runs over the batch in order, as on one thread.
 #pragma omp parallel for schedule(static) if (n * u >= 65536)

@@ -28,11 +28,10 @@ static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
     return (t + 15) / 16 * 16;
 }
 
-void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
-              int64_t ldb, float beta, float *c, int64_t ldc) {
+// C cut along its rows (by_rows) or its columns into tiles.
+static void gemm_tiles(bool by_rows, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     if (m <= 0 || n <= 0) return;
-    // Split the longer side of C: the other operand is packed again per tile, so keep tiles long.
-    const bool by_rows = m >= n;
     const int64_t tl = tile_len(by_rows ? m : n, by_rows ? n : m, k), tiles = ((by_rows ? m : n) + tl - 1) / tl;
     const bool par = tiles > 1 && !omp_in_parallel() && (double)m * (double)n * (double)k >= 131072.0;
     // OpenBLAS's OpenMP build threads a call made outside an active parallel region over
@@ -40,7 +39,7 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
     // lowers this task's thread count to 1 around its calls.
     const int saved = par || omp_in_parallel() ? 1 : omp_get_max_threads();
     if (saved > 1) omp_set_num_threads(1);
-#pragma omp parallel for schedule(dynamic, 1) if (par)
+#pragma omp parallel for schedule(static) if (par)
     for (int64_t t = 0; t < tiles; t++) {
         const int64_t o = t * tl, len = (by_rows ? m : n) - o < tl ? (by_rows ? m : n) - o : tl;
         // rows o.. of C take rows o.. of op(a); columns o.. of C take columns o.. of op(b)
@@ -60,4 +59,15 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                     (blasint)cols, (blasint)k, 1.0f, at, (blasint)lda, bt, (blasint)ldb, bt_beta, ct, (blasint)ldc);
     }
     if (saved > 1) omp_set_num_threads(saved);
+}
+
+void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+              int64_t ldb, float beta, float *c, int64_t ldc) {
+    // Split the longer side of C: the other operand is packed again per tile, so keep tiles long.
+    gemm_tiles(m >= n, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                   int64_t ldb, float beta, float *c, int64_t ldc) {
+    gemm_tiles(true, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }

@@ -11,6 +11,11 @@
 // op transposes when ta/tb). Thread-count independent bit for bit (cpu_gemm.c).
 void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
               int64_t ldb, float beta, float *c, int64_t ldc);
+// The same with C's tiles always cut along its rows, whatever its shape: a dense layer's weight
+// gradient, so each thread's rows are those its forward tiles read and its optimizer update
+// writes (optim_owner).
+void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                   int64_t ldb, float beta, float *c, int64_t ldc);
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx);
