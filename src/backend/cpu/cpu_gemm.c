@@ -15,9 +15,12 @@
 
 // Tile length along the split dimension (len; other: C's other side, k: the depth): a power-of-
 // two count of tiles, at most 16, each at least 128 long (the other operand is packed again for
-// every tile, so short tiles cost more than they spread; threads take them dynamically, so a
-// slower core takes fewer), rounded to 16 (OpenBLAS's register
-// tiles divide it). A product that would stay one tile is still halved when each half is at least
+// every tile, so short tiles cost more than they spread), rounded to 16 (OpenBLAS's register
+// tiles divide it). Threads take them statically, in runs of consecutive tiles: a thread then
+// meets the same rows of C at every step (a weight gradient's rows, which optim_owner gives the
+// same thread to update). Measured on the 2-core EPYC: dynamic tiles left the MLP's SGD update
+// 2x slower at 2 threads than at 1 (lines last written by the other core); static ones, with
+// optim_owner and cpu_gemm_rows, took the MLP from 34.1k to 38.1k samples/s. A product that would stay one tile is still halved when each half is at least
 // 64 long and holds 2M multiply-adds: a dense layer of 128 units over a 4096-long input (batch 64)
 // was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time.
 static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
