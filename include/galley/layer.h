@@ -68,6 +68,11 @@ typedef struct layer_kind {
     // activation as it stores its output on this backend (takes_act).
     bool (*act_of)(const layer_t *l, gl_act *act, float *slope);
     bool (*takes_act)(const layer_t *l, const gl_backend *be, gl_act act, float slope);
+    // Optional, the other side of it (graph_build): a consumer whose backward can apply the
+    // activation's derivative as it writes its input gradient says so (takes_act_grad), and
+    // backward_act then writes dx, the activation's input gradient, whole (never adding to it).
+    bool (*takes_act_grad)(const layer_t *l, const gl_backend *be, gl_act act, float slope);
+    void (*backward_act)(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx);
 } layer_kind;
 
 struct layer {
@@ -123,6 +128,12 @@ struct layer {
     bool store_act_on, act_done, act_inplace;
     gl_act store_act;
     float store_slope;
+    // Set by graph_build where the layer that alone reads an activation's output applies the
+    // activation's derivative in its own backward (a max_pool of windows that do not overlap):
+    // the activation's backward runs grad_by's backward_act into its input gradient, and
+    // grad_by's own backward (grad_deferred) does nothing. One pass over the maps less.
+    layer_t *grad_by;
+    bool grad_deferred;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

@@ -1,6 +1,8 @@
 // test_graph.c: building the layer graph: shape inference and the memory plan, `inputs:` wiring
 // (and gradients when one tensor feeds two layers), non-finite detection, the summary table,
 // parameter init, and forward against a hand-written composition.
+#include <omp.h>
+
 #include "testlib.h"
 
 #include <stdint.h>
@@ -344,8 +346,10 @@ static void test_first_writers_write_gradients_whole(void **state)
     for (int64_t i = 0; i < ng; i++)
         if (memcmp(&gw[i], &g->grads[i], sizeof(float)) || isnan(gw[i]))
             fail_msg("grads[%lld]: %a written whole, %a cleared and added", (long long)i, gw[i], g->grads[i]);
+    assert_true(g->layers[tl_layer(g, "r1")].grad_by == &g->layers[tl_layer(g, "p1")]);
     for (int i = 0, o = 0; i < g->nlayers; i++) {
-        for (int64_t j = 0; j < N * g->layers[i].out.size; j++)
+        // r1's output gradient: nothing writes it where p1 applies r1's derivative (graph_build)
+        for (int64_t j = 0; !g->layers[i].grad_by && j < N * g->layers[i].out.size; j++)
             if (memcmp(&ga[o + j], &g->layers[i].out.grad[j], sizeof(float)) || isnan(ga[o + j]))
                 fail_msg("%s.grad[%lld]: %a written whole, %a cleared and added", g->layers[i].cfg->name,
                          (long long)j, ga[o + j], g->layers[i].out.grad[j]);
@@ -417,7 +421,9 @@ static void test_activation_fusion_keeps_the_bits(void **state)
             if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                 fail_msg("%s.out[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.data[j],
                          lu->out.data[j]);
-        for (int64_t j = 0; j < N * lf->out.size; j++)
+        // An activation whose derivative the pool after it applies (grad_by) leaves its own
+        // output gradient unwritten: compared at the layer before it.
+        for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)
             if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
                 fail_msg("%s.grad[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.grad[j],
                          lu->out.grad[j]);
@@ -441,6 +447,77 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     }
     tl_model_free(&mf);
     tl_model_free(&mu);
+}
+
+// A relu or leaky_relu that alone reads its input and whose output a max_pool of non-overlapping
+// windows alone reads leaves its derivative to the pool's scatter (graph_fuse_act_grads,
+// max_pool_backward_act): not before an overlapping pool, nor where its input feeds another
+// layer too. Every parameter gradient and every other gradient has the bits of model.fuse:
+// false, at 1 and 3 threads; the pooled maxima had both signs, so the mask and slope mattered.
+static void test_pool_applies_the_activation_derivative(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
+                         "    - {type: relu, name: r1}\n"
+                         "    - {type: max_pool, kernel: 2, name: p1}\n"
+                         "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
+                         "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
+                         "    - {type: max_pool, kernel: 2, stride: 3, name: p2}\n"
+                         "    - {type: conv, filters: 4, kernel: 1, name: c3}\n"
+                         "    - {type: relu, name: r3}\n"
+                         "    - {type: max_pool, kernel: 3, stride: 1, padding: 1, name: p3}\n"
+                         "    - {type: leaky_relu, slope: 0.1, inputs: [c3], name: r4}\n"
+                         "    - {type: max_pool, kernel: 2, name: p4}\n"
+                         "    - {type: flatten, inputs: [p3], name: f3}\n"
+                         "    - {type: flatten, inputs: [p4], name: f4}\n"
+                         "    - {type: concat, inputs: [f3, f4], name: cat}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    size_t len = strlen(layers) + 32;
+    char *unfused = malloc(len);
+    assert_non_null(unfused);
+    snprintf(unfused, len, "%s  fuse: false\n", layers);
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        tl_model mf, mu;
+        char *errors = NULL;
+        assert_int_equal(tl_model_try_keep(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors),
+                         0);
+        assert_int_equal(tl_model_try_keep(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors),
+                         0);
+        gl_graph *f = &mf.g, *u = &mu.g;
+        assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "p1")]);
+        assert_true(f->layers[tl_layer(f, "p1")].grad_deferred);
+        assert_true(f->layers[tl_layer(f, "r2")].grad_by == &f->layers[tl_layer(f, "p2")]);
+        assert_null(f->layers[tl_layer(f, "r3")].grad_by);  // p3's windows overlap
+        assert_null(f->layers[tl_layer(f, "r4")].grad_by);  // c3 feeds r3 too
+        for (int i = 0; i < u->nlayers; i++) assert_null(u->layers[i].grad_by);
+        same_start(f, u, 90);
+        float r[N * 3];
+        tl_fill_uniform(r, N * 3, -1, 1, 92);
+        wctx cf = {f, r}, cu = {u, r};
+        backward_with(&cf);
+        backward_with(&cu);
+        for (int64_t j = 0; j < f->nparams; j++)
+            if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
+                fail_msg("%d threads: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j], u->grads[j]);
+        const char *const producers[] = {"c1", "c2", "c3"};
+        for (int k = 0; k < 3; k++) {
+            const layer_t *lf = &f->layers[tl_layer(f, producers[k])], *lu = &u->layers[tl_layer(u, producers[k])];
+            assert_memory_equal(lf->out.grad, lu->out.grad, sizeof(float) * (size_t)(N * lf->out.size));
+        }
+        const char *const pools[] = {"p1", "p2"};
+        for (int k = 0; k < 2; k++) {
+            const layer_t *p = &u->layers[tl_layer(u, pools[k])];
+            int positive = 0, other = 0;
+            for (int64_t j = 0; j < N * p->out.size; j++) positive += p->out.data[j] > 0, other += !(p->out.data[j] > 0);
+            if (!(positive > 0 && other > 0)) fail_msg("%s: %d positive, %d not", pools[k], positive, other);
+        }
+        tl_model_free(&mf);
+        tl_model_free(&mu);
+    }
+    omp_set_num_threads(saved);
+    free(unfused);
 }
 
 // ---- non-finite detection -----------------------------------------------------------------------
@@ -744,6 +821,7 @@ int main(void)
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
+        cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_gradient_sharing_on_random_graphs),
         cmocka_unit_test(test_first_nonfinite),

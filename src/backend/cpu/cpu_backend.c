@@ -113,6 +113,7 @@ static const gl_backend cpu = {
     .max_pool_forward = cpu_max_pool_forward,
     .max_pool_backward = cpu_max_pool_backward,
     .max_pool_backward_set = cpu_max_pool_backward_set,
+    .max_pool_backward_act = cpu_max_pool_backward_act,
     .avg_pool_forward = cpu_avg_pool_forward,
     .avg_pool_backward = cpu_avg_pool_backward,
     .global_avg_pool_forward = cpu_global_avg_pool_forward,

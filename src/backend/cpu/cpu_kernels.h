@@ -82,6 +82,8 @@ void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64
                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
 void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
                            const float *dy, float *dx);
+void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
+                               const float *dy, const float *y, bool leaky, float slope, float *dx);
 void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
                                const float *dy, float *dx);
 void cpu_avg_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],

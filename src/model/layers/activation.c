@@ -46,6 +46,16 @@ static bool act_fusable(const layer_t *l, gl_act *act, float *slope) {
 
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
+    layer_t *by = l->grad_by;  // the layer that alone reads this output applies the derivative (graph_build)
+    if (by && l->grad_set[0]) {
+        by->kind->backward_act(by, be, n, act_of(l), slope_of(l), l->in[0]->grad);
+        return;
+    }
+    if (by) {  // a gradient to add to (a backend without the set kernels): first by's own backward
+        by->grad_deferred = false;
+        by->kind->backward(by, be, n);
+        by->grad_deferred = true;
+    }
     if (l->grad_set[0])
         be->act_backward_set(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);
     else

@@ -96,7 +96,7 @@ static void pool_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
 }
 
 static void pool_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    if (!l->in[0]->grad) return;
+    if (l->grad_deferred || !l->in[0]->grad) return;  // deferred: the activation before runs backward_act
     pool_geom g = geometry_of(l);
     if (l->kind == &layer_max_pool && l->grad_set[0])
         be->max_pool_backward_set(n, g.c, g.in, g.out, (const int32_t *)l->scratch, l->out.grad, l->in[0]->grad);
@@ -111,6 +111,23 @@ static bool max_pool_sets_grad(const layer_t *l, const gl_backend *be, int k) {
     return be->max_pool_backward_set != NULL;
 }
 
+// A relu or leaky_relu before a max_pool whose windows do not overlap (stride >= kernel: each
+// input gets at most one output's gradient) can leave its derivative to the pool's scatter.
+static bool max_pool_takes_act_grad(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    if (!be->max_pool_backward_act || !gl_act_storable(act, slope)) return false;
+    const pool_geom g = geometry_of(l);
+    for (int j = 0; j < 3; j++)
+        if (g.s[j] < g.k[j]) return false;
+    return true;
+}
+
+// dx[argmax] (+)= dy through the activation's derivative, read from its output (the pool's input).
+static void max_pool_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx) {
+    const pool_geom g = geometry_of(l);
+    be->max_pool_backward_act(n, g.c, g.in, g.out, (const int32_t *)l->scratch, l->out.grad, l->in[0]->data,
+                              act == ACT_LEAKY_RELU, slope, dx);
+}
+
 const layer_kind layer_max_pool = {
     .name = "max_pool",
     .doc = "maximum over each kernel^2 (2D) or kernel^3 (3D) window; output size floor((in + 2 padding - "
@@ -123,6 +140,8 @@ const layer_kind layer_max_pool = {
     .forward = pool_forward,
     .backward = pool_backward,
     .sets_grad = max_pool_sets_grad,
+    .takes_act_grad = max_pool_takes_act_grad,
+    .backward_act = max_pool_backward_act,
 };
 
 const layer_kind layer_avg_pool = {
