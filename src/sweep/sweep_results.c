@@ -133,10 +133,15 @@ static void csv_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
 }
 
 static void jsonl_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
+    // A line's bound: 16 keys and values of at most 255 bytes, a message of 239, each at most 6x
+    // escaped (\u00XX), is under 40 KiB: every trial gets its line (4 KiB had dropped the lines of
+    // sweeps with long choices).
+    enum { LINE_MAX_BYTES = 65536 };
+    char *mem = malloc(LINE_MAX_BYTES);
+    GL_CHECK(mem, "out of memory");
     for (int64_t i = 0; i < sc->n; i++) {
-        char mem[4096];
         jbuf b;
-        jb_init(&b, mem, sizeof mem);
+        jb_init(&b, mem, LINE_MAX_BYTES);
         jb_open(&b, NULL, '{');
         jb_int(&b, "trial", i);
         jb_open(&b, "values", '{');
@@ -159,8 +164,10 @@ static void jsonl_of(FILE *f, const sweep_spec *s, const sweep_sched *sc) {
         jb_fix(&b, "seconds", t->seconds, 3);
         jb_str(&b, "message", t->msg);
         jb_close(&b);
-        if (!b.truncated) fprintf(f, "%.*s\n", (int)b.len, b.p);
+        GL_CHECK(!b.truncated, "a results.jsonl line fits LINE_MAX_BYTES");
+        fprintf(f, "%.*s\n", (int)b.len, b.p);
     }
+    free(mem);
 }
 
 void results_write(const sweep_spec *s, const sweep_sched *sc, int64_t base_seed, FILE *err) {
