@@ -360,6 +360,20 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
+// The model of `layers` on [3, 2, 12, 12] inputs built twice: as written (mf) and with model.fuse:
+// false (mu), both keeping every buffer for inspection.
+static void build_fused_and_not(const char *layers, tl_model *mf, tl_model *mu)
+{
+    size_t len = strlen(layers) + 32;
+    char *unfused = malloc(len);
+    assert_non_null(unfused);
+    snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
+    char *errors = NULL;
+    assert_int_equal(tl_model_try_keep(mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
+    assert_int_equal(tl_model_try_keep(mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
+    free(unfused);
+}
+
 // A relu or leaky_relu that alone reads a layer's output shares its buffer (graph_fuse_acts): a
 // convolution applies it as it stores (fast kernels at stride 1, im2col at stride 2), and so do
 // a transposed convolution and batch norm; after a dense layer it runs in place. Forward and backward
@@ -386,15 +400,8 @@ static void test_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: dense, units: 7, name: d1}\n"
                          "    - {type: relu, name: rd}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    size_t len = strlen(layers) + 32;
-    char *unfused = malloc(len);
-    assert_non_null(unfused);
-    snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
     tl_model mf, mu;
-    char *errors = NULL;
-    assert_int_equal(tl_model_try_keep(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
-    assert_int_equal(tl_model_try_keep(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
-    free(unfused);
+    build_fused_and_not(layers, &mf, &mu);
     gl_graph *f = &mf.g, *u = &mu.g;
     const char *const stored[] = {"r1", "r2", "rb", "rt", "r3"}, *const in_place[] = {"rd"};
     for (int i = 0; i < 5; i++) assert_true(f->layers[tl_layer(f, stored[i])].act_done);
@@ -472,19 +479,11 @@ static void test_pool_applies_the_activation_derivative(void **state)
                          "    - {type: flatten, inputs: [p4], name: f4}\n"
                          "    - {type: concat, inputs: [f3, f4], name: cat}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    size_t len = strlen(layers) + 32;
-    char *unfused = malloc(len);
-    assert_non_null(unfused);
-    snprintf(unfused, len, "%s  fuse: false\n", layers);
     const int saved = omp_get_max_threads();
     for (int nt = 1; nt <= 3; nt += 2) {
         omp_set_num_threads(nt);
         tl_model mf, mu;
-        char *errors = NULL;
-        assert_int_equal(tl_model_try_keep(&mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors),
-                         0);
-        assert_int_equal(tl_model_try_keep(&mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors),
-                         0);
+        build_fused_and_not(layers, &mf, &mu);
         gl_graph *f = &mf.g, *u = &mu.g;
         assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "p1")]);
         assert_true(f->layers[tl_layer(f, "p1")].grad_deferred);
@@ -517,7 +516,6 @@ static void test_pool_applies_the_activation_derivative(void **state)
         tl_model_free(&mu);
     }
     omp_set_num_threads(saved);
-    free(unfused);
 }
 
 // ---- non-finite detection -----------------------------------------------------------------------
