@@ -67,6 +67,9 @@ static void graph_fuse_act_grads(gl_graph *g) {
         float slope;
         if (l->nin != 1 || l->in[0] != &a->out || !l->kind->takes_act_grad || !l->kind->backward_act) continue;
         if (a->nin != 1 || !a->kind->act_of || !a->kind->act_of(a, &act, &slope)) continue;
+        // On the model input there is no input gradient to write (the input has none), so no
+        // pass to save: the activation keeps its output gradient (tests read it as dL/dx).
+        if (a->in[0] == &g->input) continue;
         if (a->grad_by || graph_read_by_other(g, i, &a->out) || graph_read_by_other(g, i - 1, a->in[0])) continue;
         if (!a->kind->sets_grad || !a->kind->sets_grad(a, g->be, 0)) continue;
         if (!l->kind->takes_act_grad(l, g->be, act, slope)) continue;
