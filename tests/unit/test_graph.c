@@ -360,17 +360,17 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
-// The model of `layers` on [3, 2, 12, 12] inputs built twice: as written (mf) and with model.fuse:
-// false (mu), both keeping every buffer for inspection.
-static void build_fused_and_not(const char *layers, tl_model *mf, tl_model *mu)
+// The model of `layers` on `input` built twice: as written (mf) and with model.fuse: false (mu),
+// both keeping every buffer for inspection.
+static void build_fused_and_not(const char *layers, gl_shape input, tl_model *mf, tl_model *mu)
 {
     size_t len = strlen(layers) + 32;
     char *unfused = malloc(len);
     assert_non_null(unfused);
     snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
     char *errors = NULL;
-    assert_int_equal(tl_model_try_keep(mf, layers, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
-    assert_int_equal(tl_model_try_keep(mu, unfused, (gl_shape){3, {2, 12, 12}}, N, backend_cpu(), true, &errors), 0);
+    assert_int_equal(tl_model_try_keep(mf, layers, input, N, backend_cpu(), true, &errors), 0);
+    assert_int_equal(tl_model_try_keep(mu, unfused, input, N, backend_cpu(), true, &errors), 0);
     free(unfused);
 }
 
@@ -401,7 +401,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: relu, name: rd}\n"
                          "    - {type: dense, units: 3, name: head}\n";
     tl_model mf, mu;
-    build_fused_and_not(layers, &mf, &mu);
+    build_fused_and_not(layers, (gl_shape){3, {2, 12, 12}}, &mf, &mu);
     gl_graph *f = &mf.g, *u = &mu.g;
     const char *const stored[] = {"r1", "r2", "rb", "rt", "r3"}, *const in_place[] = {"rd"};
     for (int i = 0; i < 5; i++) assert_true(f->layers[tl_layer(f, stored[i])].act_done);
@@ -456,66 +456,93 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     tl_model_free(&mu);
 }
 
+// One pool-fusion case at nt threads: the activations `fused` hand their derivative to the
+// pool after them (`pools`, in the same order), `unfused` do not; every parameter gradient and
+// the producers' output gradients have the bits of model.fuse: false; the pooled maxima had
+// both signs, so the mask and the slope mattered.
+static void check_pool_fusion(const char *layers, gl_shape input, int nt, const char *const fused[2],
+                              const char *const pools[2], const char *unfused, const char *const producers[3])
+{
+    omp_set_num_threads(nt);
+    tl_model mf, mu;
+    build_fused_and_not(layers, input, &mf, &mu);
+    gl_graph *f = &mf.g, *u = &mu.g;
+    for (int k = 0; k < 2; k++) {
+        assert_true(f->layers[tl_layer(f, fused[k])].grad_by == &f->layers[tl_layer(f, pools[k])]);
+        assert_true(f->layers[tl_layer(f, pools[k])].grad_deferred);
+    }
+    assert_null(f->layers[tl_layer(f, unfused)].grad_by);
+    for (int i = 0; i < u->nlayers; i++) assert_null(u->layers[i].grad_by);
+    same_start(f, u, 90);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 92);
+    wctx cf = {f, r}, cu = {u, r};
+    backward_with(&cf);
+    backward_with(&cu);
+    for (int64_t j = 0; j < f->nparams; j++)
+        if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
+            fail_msg("%d threads: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j], u->grads[j]);
+    for (int k = 0; k < 3; k++) {
+        const layer_t *lf = &f->layers[tl_layer(f, producers[k])], *lu = &u->layers[tl_layer(u, producers[k])];
+        assert_memory_equal(lf->out.grad, lu->out.grad, sizeof(float) * (size_t)(N * lf->out.size));
+    }
+    for (int k = 0; k < 2; k++) {
+        const layer_t *p = &u->layers[tl_layer(u, pools[k])];
+        int positive = 0, other = 0;
+        for (int64_t j = 0; j < N * p->out.size; j++) positive += p->out.data[j] > 0, other += !(p->out.data[j] > 0);
+        if (!(positive > 0 && other > 0)) fail_msg("%s: %d positive, %d not", pools[k], positive, other);
+    }
+    tl_model_free(&mf);
+    tl_model_free(&mu);
+}
+
 // A relu or leaky_relu that alone reads its input and whose output a max_pool of non-overlapping
 // windows alone reads leaves its derivative to the pool's scatter (graph_fuse_act_grads,
 // max_pool_backward_act): not before an overlapping pool, nor where its input feeds another
-// layer too. Every parameter gradient and every other gradient has the bits of model.fuse:
-// false, at 1 and 3 threads; the pooled maxima had both signs, so the mask and slope mattered.
+// layer too. 2D and 3D, at 1 and 3 threads; windows of 2 that tile the map, and strides larger
+// than the kernel.
 static void test_pool_applies_the_activation_derivative(void **state)
 {
     (void)state;
-    const char *layers = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
-                         "    - {type: relu, name: r1}\n"
-                         "    - {type: max_pool, kernel: 2, name: p1}\n"
-                         "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
-                         "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
-                         "    - {type: max_pool, kernel: 2, stride: 3, name: p2}\n"
-                         "    - {type: conv, filters: 4, kernel: 1, name: c3}\n"
-                         "    - {type: relu, name: r3}\n"
-                         "    - {type: max_pool, kernel: 3, stride: 1, padding: 1, name: p3}\n"
-                         "    - {type: leaky_relu, slope: 0.1, inputs: [c3], name: r4}\n"
-                         "    - {type: max_pool, kernel: 2, name: p4}\n"
-                         "    - {type: flatten, inputs: [p3], name: f3}\n"
-                         "    - {type: flatten, inputs: [p4], name: f4}\n"
-                         "    - {type: concat, inputs: [f3, f4], name: cat}\n"
-                         "    - {type: dense, units: 3, name: head}\n";
+    const char *maps = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: relu, name: r1}\n"
+                       "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
+                       "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
+                       "    - {type: max_pool, kernel: 2, stride: 3, name: p2}\n"
+                       "    - {type: conv, filters: 4, kernel: 1, name: c3}\n"
+                       "    - {type: relu, name: r3}\n"
+                       "    - {type: max_pool, kernel: 3, stride: 1, padding: 1, name: p3}\n"
+                       "    - {type: leaky_relu, slope: 0.1, inputs: [c3], name: r4}\n"
+                       "    - {type: max_pool, kernel: 2, name: p4}\n"
+                       "    - {type: flatten, inputs: [p3], name: f3}\n"
+                       "    - {type: flatten, inputs: [p4], name: f4}\n"
+                       "    - {type: concat, inputs: [f3, f4], name: cat}\n"
+                       "    - {type: dense, units: 3, name: head}\n";
+    const char *volumes = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                          "    - {type: leaky_relu, slope: 0.3, name: r1}\n"
+                          "    - {type: max_pool, kernel: 2, name: p1}\n"
+                          "    - {type: conv, filters: 3, kernel: 3, padding: 1, name: c2}\n"
+                          "    - {type: relu, name: r2}\n"
+                          "    - {type: max_pool, kernel: 1, stride: 2, name: p2}\n"
+                          "    - {type: conv, filters: 3, kernel: 1, name: c3}\n"
+                          "    - {type: relu, name: r3}\n"
+                          "    - {type: flatten}\n"
+                          "    - {type: dense, units: 3, name: head}\n";
+    const char *const fused[2] = {"r1", "r2"}, *const pools[2] = {"p1", "p2"};
+    const char *const producers[3] = {"c1", "c2", "c3"};
     const int saved = omp_get_max_threads();
     for (int nt = 1; nt <= 3; nt += 2) {
-        omp_set_num_threads(nt);
-        tl_model mf, mu;
-        build_fused_and_not(layers, &mf, &mu);
-        gl_graph *f = &mf.g, *u = &mu.g;
-        assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "p1")]);
-        assert_true(f->layers[tl_layer(f, "p1")].grad_deferred);
-        assert_true(f->layers[tl_layer(f, "r2")].grad_by == &f->layers[tl_layer(f, "p2")]);
-        assert_null(f->layers[tl_layer(f, "r3")].grad_by);  // p3's windows overlap
-        assert_null(f->layers[tl_layer(f, "r4")].grad_by);  // c3 feeds r3 too
-        for (int i = 0; i < u->nlayers; i++) assert_null(u->layers[i].grad_by);
-        same_start(f, u, 90);
-        float r[N * 3];
-        tl_fill_uniform(r, N * 3, -1, 1, 92);
-        wctx cf = {f, r}, cu = {u, r};
-        backward_with(&cf);
-        backward_with(&cu);
-        for (int64_t j = 0; j < f->nparams; j++)
-            if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
-                fail_msg("%d threads: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j], u->grads[j]);
-        const char *const producers[] = {"c1", "c2", "c3"};
-        for (int k = 0; k < 3; k++) {
-            const layer_t *lf = &f->layers[tl_layer(f, producers[k])], *lu = &u->layers[tl_layer(u, producers[k])];
-            assert_memory_equal(lf->out.grad, lu->out.grad, sizeof(float) * (size_t)(N * lf->out.size));
-        }
-        const char *const pools[] = {"p1", "p2"};
-        for (int k = 0; k < 2; k++) {
-            const layer_t *p = &u->layers[tl_layer(u, pools[k])];
-            int positive = 0, other = 0;
-            for (int64_t j = 0; j < N * p->out.size; j++) positive += p->out.data[j] > 0, other += !(p->out.data[j] > 0);
-            if (!(positive > 0 && other > 0)) fail_msg("%s: %d positive, %d not", pools[k], positive, other);
-        }
-        tl_model_free(&mf);
-        tl_model_free(&mu);
+        check_pool_fusion(maps, (gl_shape){3, {2, 12, 12}}, nt, fused, pools, "r3", producers);  // p3 overlaps
+        check_pool_fusion(volumes, (gl_shape){4, {2, 4, 4, 6}}, nt, fused, pools, "r3", producers);  // r3: no pool
     }
     omp_set_num_threads(saved);
+    // 2D: r4 reads c3 with r3 (not alone). (3D p2: 1-wide windows 2 apart on 2 x 2 x 3 maps.)
+    tl_model mf, mu;
+    build_fused_and_not(maps, (gl_shape){3, {2, 12, 12}}, &mf, &mu);
+    assert_null(mf.g.layers[tl_layer(&mf.g, "r4")].grad_by);
+    tl_model_free(&mf);
+    tl_model_free(&mu);
 }
 
 // ---- non-finite detection -----------------------------------------------------------------------
