@@ -145,9 +145,13 @@ void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *g
     for (int64_t i = 0; i < n; i++) {
         const float *xp = x + i * k;
         float *yp = y + i * k;
+        // Sums in double lanes (simd: a fixed lane order, so thread-count independent), then the
+        // lanes in order. Serial double sums were latency-bound: LN was 6% of a vit-tiny step.
         double sum = 0.0, sq = 0.0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j < k; j++) sum += xp[j];
         double mean = sum / (double)k;
+#pragma omp simd reduction(+ : sq)
         for (int64_t j = 0; j < k; j++) sq += (xp[j] - mean) * (xp[j] - mean);
         double inv = 1.0 / sqrt(sq / (double)k + (double)eps);
         saved[i] = (float)mean;
@@ -171,6 +175,7 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
             const float *xp = x + i * k, *dyp = dy + i * k;
             const float mu = mean[i], is = inv[i];
             double sg = 0.0, sgx = 0.0;
+#pragma omp simd reduction(+ : sg, sgx)  // double lanes, as forward
             for (int64_t j = 0; j < k; j++) {
                 float g = gamma ? dyp[j] * gamma[j] : dyp[j];
                 sg += g;
@@ -184,15 +189,25 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
         }
     }
     if (dgamma) {
+        // Blocks of LN_COLS features, rows in order within each: every dgamma[j] is still the
+        // sum over rows 0, 1, ... (the bits of one column at a time), but each row's cache line
+        // is read once per block rather than once per feature: column by column read all of x
+        // and dy 16 times over.
+        enum { LN_COLS = 16 };
 #pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
-        for (int64_t j = 0; j < k; j++) {
-            double sw = 0.0, sb = 0.0;
+        for (int64_t j0 = 0; j0 < k; j0 += LN_COLS) {
+            const int64_t w = k - j0 < LN_COLS ? k - j0 : LN_COLS;
+            double sw[LN_COLS] = {0}, sb[LN_COLS] = {0};
             for (int64_t i = 0; i < n; i++) {
-                sw += (double)dy[i * k + j] * (double)((x[i * k + j] - mean[i]) * inv[i]);
-                sb += dy[i * k + j];
+                const float *xr = x + i * k + j0, *dr = dy + i * k + j0;
+                const float mu = mean[i], is = inv[i];
+#pragma omp simd
+                for (int64_t j = 0; j < w; j++) {
+                    sw[j] += (double)dr[j] * (double)((xr[j] - mu) * is);
+                    sb[j] += dr[j];
+                }
             }
-            dgamma[j] = (float)sw;
-            dbeta[j] = (float)sb;
+            for (int64_t j = 0; j < w; j++) dgamma[j0 + j] = (float)sw[j], dbeta[j0 + j] = (float)sb[j];
         }
     }
 }
