@@ -138,6 +138,12 @@ void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, co
     }
 }
 
+// Layer norm's row sums run in 4 double lanes, element j in lane j % 4, then (l0 + l1) + (l2 +
+// l3): an order fixed by the row length alone (not by alignment, vector width or thread), which
+// GCC turns into one AVX2 vector of doubles. One serial double sum per row was latency-bound:
+// layer norm was 6% of a vit-tiny step.
+static inline double lanes_total(const double l[4]) { return (l[0] + l[1]) + (l[2] + l[3]); }
+
 // x, y are (N,K); gamma, beta are (K) or NULL; saved is (2N): mean, 1/sqrt(var+eps) per row
 void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
                             float *saved, float *y) {
@@ -145,14 +151,16 @@ void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *g
     for (int64_t i = 0; i < n; i++) {
         const float *xp = x + i * k;
         float *yp = y + i * k;
-        // Sums in double lanes (simd: a fixed lane order, so thread-count independent), then the
-        // lanes in order. Serial double sums were latency-bound: LN was 6% of a vit-tiny step.
-        double sum = 0.0, sq = 0.0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < k; j++) sum += xp[j];
-        double mean = sum / (double)k;
-#pragma omp simd reduction(+ : sq)
-        for (int64_t j = 0; j < k; j++) sq += (xp[j] - mean) * (xp[j] - mean);
+        const int64_t k4 = k & ~(int64_t)3;
+        double ls[4] = {0}, lq[4] = {0};
+        for (int64_t j = 0; j < k4; j += 4)
+            for (int l = 0; l < 4; l++) ls[l] += xp[j + l];
+        for (int64_t j = k4; j < k; j++) ls[j - k4] += xp[j];
+        double mean = lanes_total(ls) / (double)k;
+        for (int64_t j = 0; j < k4; j += 4)
+            for (int l = 0; l < 4; l++) lq[l] += (xp[j + l] - mean) * (xp[j + l] - mean);
+        for (int64_t j = k4; j < k; j++) lq[j - k4] += (xp[j] - mean) * (xp[j] - mean);
+        double sq = lanes_total(lq);
         double inv = 1.0 / sqrt(sq / (double)k + (double)eps);
         saved[i] = (float)mean;
         saved[n + i] = (float)inv;
@@ -174,14 +182,20 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
         for (int64_t i = 0; i < n; i++) {
             const float *xp = x + i * k, *dyp = dy + i * k;
             const float mu = mean[i], is = inv[i];
-            double sg = 0.0, sgx = 0.0;
-#pragma omp simd reduction(+ : sg, sgx)  // double lanes, as forward
-            for (int64_t j = 0; j < k; j++) {
-                float g = gamma ? dyp[j] * gamma[j] : dyp[j];
-                sg += g;
-                sgx += (double)g * (double)((xp[j] - mu) * is);
+            double lg[4] = {0}, lgx[4] = {0};  // lanes_total's order
+            const int64_t k4 = k & ~(int64_t)3;
+            for (int64_t j0 = 0; j0 < k4; j0 += 4)
+                for (int l = 0; l < 4; l++) {
+                    const float g = gamma ? dyp[j0 + l] * gamma[j0 + l] : dyp[j0 + l];
+                    lg[l] += g;
+                    lgx[l] += (double)g * (double)((xp[j0 + l] - mu) * is);
+                }
+            for (int64_t j = k4; j < k; j++) {
+                const float g = gamma ? dyp[j] * gamma[j] : dyp[j];
+                lg[j - k4] += g;
+                lgx[j - k4] += (double)g * (double)((xp[j] - mu) * is);
             }
-            const float a = (float)(sg / (double)k), b = (float)(sgx / (double)k);
+            const float a = (float)(lanes_total(lg) / (double)k), b = (float)(lanes_total(lgx) / (double)k);
             for (int64_t j = 0; j < k; j++) {
                 float g = gamma ? dyp[j] * gamma[j] : dyp[j];
                 dx[i * k + j] += is * (g - a - (xp[j] - mu) * is * b);
