@@ -50,6 +50,15 @@ int64_t graph_plan_grads(gl_graph *g, bool share) {
         s[i].off = total;  // kept: one after another
         total += s[i].size;
     }
+    // A layer whose backward an activation before it runs (graph_fuse_act_grads: grad_by) reads
+    // its output gradient at that activation's turn, while the activation writes its own input
+    // gradient: the span reaches down to the activation. Without this, a max_pool's dy could
+    // share memory with the dx it writes (a conv -> relu -> max_pool -> conv chain did).
+    for (int j = 0; j < n; j++)
+        if (g->layers[j].grad_by) {
+            int k = (int)(g->layers[j].grad_by - g->layers);
+            if (j < s[k].bottom) s[k].bottom = j;
+        }
     if (share) {
         // First fit, largest first: each span goes at the lowest offset where it overlaps no
         // placed span that is live at the same time.

@@ -361,16 +361,17 @@ static void test_first_writers_write_gradients_whole(void **state)
 }
 
 // The model of `layers` on `input` built twice: as written (mf) and with model.fuse: false (mu),
-// both keeping every buffer for inspection.
-static void build_fused_and_not(const char *layers, gl_shape input, tl_model *mf, tl_model *mu)
+// both keeping every buffer for inspection (keep), or with gradients shared by lifetime as in
+// training.
+static void build_fused_and_not(const char *layers, gl_shape input, tl_model *mf, tl_model *mu, bool keep)
 {
     size_t len = strlen(layers) + 32;
     char *unfused = malloc(len);
     assert_non_null(unfused);
     snprintf(unfused, len, "%s  fuse: false\n", layers);  // model.fuse, beside model.layers
     char *errors = NULL;
-    assert_int_equal(tl_model_try_keep(mf, layers, input, N, backend_cpu(), true, &errors), 0);
-    assert_int_equal(tl_model_try_keep(mu, unfused, input, N, backend_cpu(), true, &errors), 0);
+    assert_int_equal(tl_model_try_keep(mf, layers, input, N, backend_cpu(), keep, &errors), 0);
+    assert_int_equal(tl_model_try_keep(mu, unfused, input, N, backend_cpu(), keep, &errors), 0);
     free(unfused);
 }
 
@@ -401,7 +402,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: relu, name: rd}\n"
                          "    - {type: dense, units: 3, name: head}\n";
     tl_model mf, mu;
-    build_fused_and_not(layers, (gl_shape){3, {2, 12, 12}}, &mf, &mu);
+    build_fused_and_not(layers, (gl_shape){3, {2, 12, 12}}, &mf, &mu, true);
     gl_graph *f = &mf.g, *u = &mu.g;
     const char *const stored[] = {"r1", "r2", "rb", "rt", "r3"}, *const in_place[] = {"rd"};
     for (int i = 0; i < 5; i++) assert_true(f->layers[tl_layer(f, stored[i])].act_done);
@@ -465,7 +466,7 @@ static void check_pool_fusion(const char *layers, gl_shape input, int nt, const 
 {
     omp_set_num_threads(nt);
     tl_model mf, mu;
-    build_fused_and_not(layers, input, &mf, &mu);
+    build_fused_and_not(layers, input, &mf, &mu, true);
     gl_graph *f = &mf.g, *u = &mu.g;
     for (int k = 0; k < 2; k++) {
         assert_true(f->layers[tl_layer(f, fused[k])].grad_by == &f->layers[tl_layer(f, pools[k])]);
@@ -492,6 +493,45 @@ static void check_pool_fusion(const char *layers, gl_shape input, int nt, const 
         for (int64_t j = 0; j < N * p->out.size; j++) positive += p->out.data[j] > 0, other += !(p->out.data[j] > 0);
         if (!(positive > 0 && other > 0)) fail_msg("%s: %d positive, %d not", pools[k], positive, other);
     }
+    tl_model_free(&mf);
+    tl_model_free(&mu);
+}
+
+// The same models with gradients shared by lifetime, as training builds them: a pool that runs at
+// its activation's turn (grad_by) reads its output gradient while writing the activation's input
+// gradient, so the two must not share memory (graph_plan.c); the parameter gradients are the
+// bits of the unfused model's. (The first version planned the pool's gradient as dead after the
+// pool's own turn: on conv -> relu -> max_pool -> conv it lay on the conv's output gradient,
+// which the scatter clears, and training at 2 threads gave a different loss on every run.)
+static void check_pool_fusion_shared(const char *layers, gl_shape input, int nt)
+{
+    omp_set_num_threads(nt);
+    tl_model mf, mu;
+    build_fused_and_not(layers, input, &mf, &mu, false);
+    gl_graph *f = &mf.g, *u = &mu.g;
+    int deferred = 0;
+    for (int i = 0; i < f->nlayers; i++) {
+        const layer_t *a = &f->layers[i], *p = a->grad_by;
+        if (!p) continue;
+        deferred++;
+        const float *dy = p->out.grad, *dx = a->in[0]->grad;
+        const int64_t ny = N * p->out.size, nx = N * a->in[0]->size;
+        if (!(dy + ny <= dx || dx + nx <= dy))
+            fail_msg("%s's output gradient and %s's input gradient share memory", p->cfg->name, a->cfg->name);
+    }
+    assert_int_equal(deferred, 2);
+    same_start(f, u, 90);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 92);
+    wctx cf = {f, r}, cu = {u, r};
+    fill_grads_nan(f);
+    fill_grads_nan(u);
+    backward_with(&cf);
+    backward_with(&cu);
+    for (int64_t j = 0; j < f->nparams; j++)
+        if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)) || isnan(f->grads[j]))
+            fail_msg("%d threads, shared gradients: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j],
+                     u->grads[j]);
     tl_model_free(&mf);
     tl_model_free(&mu);
 }
@@ -535,11 +575,13 @@ static void test_pool_applies_the_activation_derivative(void **state)
     for (int nt = 1; nt <= 3; nt += 2) {
         check_pool_fusion(maps, (gl_shape){3, {2, 12, 12}}, nt, fused, pools, "r3", producers);  // p3 overlaps
         check_pool_fusion(volumes, (gl_shape){4, {2, 4, 4, 6}}, nt, fused, pools, "r3", producers);  // r3: no pool
+        check_pool_fusion_shared(maps, (gl_shape){3, {2, 12, 12}}, nt);
+        check_pool_fusion_shared(volumes, (gl_shape){4, {2, 4, 4, 6}}, nt);
     }
     omp_set_num_threads(saved);
     // 2D: r4 reads c3 with r3 (not alone). (3D p2: 1-wide windows 2 apart on 2 x 2 x 3 maps.)
     tl_model mf, mu;
-    build_fused_and_not(maps, (gl_shape){3, {2, 12, 12}}, &mf, &mu);
+    build_fused_and_not(maps, (gl_shape){3, {2, 12, 12}}, &mf, &mu, true);
     assert_null(mf.g.layers[tl_layer(&mf.g, "r4")].grad_by);
     tl_model_free(&mf);
     tl_model_free(&mu);
