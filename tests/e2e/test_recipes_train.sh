@@ -10,6 +10,7 @@ need_galley
 cases=(
     "mlp|train.steps=24 train.eval_every=8"
     "cosmoflow|data.synthetic.size=32 data.synthetic.train_size=64 data.synthetic.val_size=16 train.batch_size=8 train.steps=24 train.eval_every=8 optimizer.lr=0.02 optimizer.schedule.warmup=0"
+    "cosmoflow-small|data.synthetic.train_size=128 data.synthetic.val_size=32 train.steps=12 train.eval_every=4"
     "resnet18|data.synthetic.train_size=64 data.synthetic.val_size=32 train.batch_size=16 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
     "deepcam-unet|data.synthetic.size=32 data.synthetic.train_size=32 data.synthetic.val_size=16 train.batch_size=8 train.steps=12 train.eval_every=4 optimizer.schedule.warmup=0"
     "unet3d|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=6 train.eval_every=2 optimizer.schedule.warmup=0"
