@@ -282,6 +282,17 @@ static void same_start(gl_graph *a, gl_graph *b, uint64_t seed)
     memcpy(b->params, a->params, sizeof(float) * (size_t)a->nparams);
 }
 
+// same_start(a, b, seed), then backward on both from one random output gradient (3 per sample,
+// stream seed + 2), kept in r.
+static void backward_both(gl_graph *a, gl_graph *b, uint64_t seed, float r[N * 3])
+{
+    same_start(a, b, seed);
+    tl_fill_uniform(r, N * 3, -1, 1, seed + 2);
+    wctx ca = {a, r}, cb = {b, r};
+    backward_with(&ca);
+    backward_with(&cb);
+}
+
 // tl_model_build with every output's gradient kept (graph_keep_grads): for the tests that
 // compare every output's gradient after backward.
 static void build_kept(tl_model *m, const char *layers, gl_shape input)
@@ -415,12 +426,8 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done || u->layers[i].act_inplace);
     assert_true(f->act_floats < u->act_floats);
     assert_true(f->bytes < u->bytes);
-    same_start(f, u, 80);
     float r[N * 3];
-    tl_fill_uniform(r, N * 3, -1, 1, 82);
-    wctx cf = {f, r}, cu = {u, r};
-    backward_with(&cf);
-    backward_with(&cu);
+    backward_both(f, u, 80, r);
     for (int i = 0; i < f->nlayers; i++) {
         const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
         // A producer's buffer holds its activation's output: checked at the activation.
@@ -474,12 +481,8 @@ static void check_pool_fusion(const char *layers, gl_shape input, int nt, const 
     }
     assert_null(f->layers[tl_layer(f, unfused)].grad_by);
     for (int i = 0; i < u->nlayers; i++) assert_null(u->layers[i].grad_by);
-    same_start(f, u, 90);
     float r[N * 3];
-    tl_fill_uniform(r, N * 3, -1, 1, 92);
-    wctx cf = {f, r}, cu = {u, r};
-    backward_with(&cf);
-    backward_with(&cu);
+    backward_both(f, u, 90, r);
     for (int64_t j = 0; j < f->nparams; j++)
         if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
             fail_msg("%d threads: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j], u->grads[j]);
@@ -520,14 +523,10 @@ static void check_pool_fusion_shared(const char *layers, gl_shape input, int nt)
             fail_msg("%s's output gradient and %s's input gradient share memory", p->cfg->name, a->cfg->name);
     }
     assert_int_equal(deferred, 2);
-    same_start(f, u, 90);
-    float r[N * 3];
-    tl_fill_uniform(r, N * 3, -1, 1, 92);
-    wctx cf = {f, r}, cu = {u, r};
     fill_grads_nan(f);
     fill_grads_nan(u);
-    backward_with(&cf);
-    backward_with(&cu);
+    float r[N * 3];
+    backward_both(f, u, 90, r);
     for (int64_t j = 0; j < f->nparams; j++)
         if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)) || isnan(f->grads[j]))
             fail_msg("%d threads, shared gradients: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j],
@@ -651,14 +650,10 @@ static void test_gradients_share_memory_by_lifetime(void **state)
     assert_int_equal(p->act_floats - p->grad_floats, k->act_floats - k->grad_floats);
     assert_true(p->bytes < k->bytes);
     // The same bits as with every gradient kept.
-    same_start(p, k, 90);
-    float r[N * 3];
-    tl_fill_uniform(r, N * 3, -1, 1, 92);
-    wctx cp = {p, r}, ck = {k, r};
     fill_grads_nan(p);
     fill_grads_nan(k);
-    backward_with(&cp);
-    backward_with(&ck);
+    float r[N * 3];
+    backward_both(p, k, 90, r);
     const gl_tensor *op = graph_output(p), *ok = graph_output(k);
     assert_memory_equal(op->data, ok->data, sizeof(float) * (size_t)(N * op->size));
     for (int64_t j = 0; j < p->nparams; j++)
