@@ -25,6 +25,8 @@ cosmo=("$GALLEY_SRC/recipes/cosmoflow.yaml" data.synthetic.size=32 data.syntheti
     data.synthetic.val_size=8 train.batch_size=8 train.steps=4 train.eval_every=2 optimizer.lr=0.02
     optimizer.schedule.warmup=0 "${common[@]}")
 runs=("2 threads=2" "3 threads=3" "unfused threads=2 model.fuse=false")
+# Under ASan (about 10x slower) cosmoflow's 3 runs took 3 minutes: small_cnn at 2 threads and
+# unfused there; test_graph covers the 3D fusion in both trees.
 [[ $GALLEY_SANITIZE == 1 ]] && runs=("2 threads=2" "unfused threads=1 model.fuse=false")
 
 # same_bits NAME ARGS...: NAME at 1 thread, then at each of runs: the same losses and weights.
@@ -42,5 +44,5 @@ same_bits() {
     done
 }
 same_bits small "${small[@]}"
-same_bits cosmo "${cosmo[@]}"
-info "small_cnn and cosmoflow: the same bits at every thread count and unfused"
+[[ $GALLEY_SANITIZE == 1 ]] || same_bits cosmo "${cosmo[@]}"
+info "the same bits at every thread count and unfused"
