@@ -96,7 +96,8 @@ typedef struct {
     double phase[PHASE_COUNT];  // OTHER filled in by runlog_finish
     double samples_per_s;       // training samples per second of training (evaluation excluded)
     double peak_host_mib;       // peak resident memory
-    double peak_device_mib;     // NAN: no device
+    double peak_device_mib;     // NAN: not measured (a CPU run, or a device backend that does not count)
+    bool on_device;             // trained on a device backend (the done line then says "not measured")
     double last_loss;           // last validation values
     gl_metric_set last;
     double best_loss;

@@ -129,7 +129,8 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     write_summary(lg, s);
     if (!lg->active || s->exit_code == GL_EXIT_RUNTIME) return;
     FILE *o = lg->out;
-    char dev[32] = "n/a (CPU run)";
+    char dev[64] = "n/a (CPU run)";
+    if (s->on_device) snprintf(dev, sizeof dev, "not measured (nvidia-smi shows it)");
     if (!isnan(s->peak_device_mib)) snprintf(dev, sizeof dev, "%.1f MiB", s->peak_device_mib);
     fprintf(o, "done: %lld steps, %lld epoch%s in %.2f s | training %.1f samples/s | peak memory: host %.1f MiB, "
                "device %s\n",

@@ -35,6 +35,7 @@ int run_finish(gl_run *u, int code) {
     gl_runsummary sum = {.exit_code = code, .steps = u->step, .epochs = res->epochs_run, .skipped = u->skipped,
                          .samples = u->seen_total, .wall = res->seconds, .samples_per_s = res->samples_per_s,
                          .peak_host_mib = ru.ru_maxrss / 1024.0, .peak_device_mib = NAN,
+                         .on_device = u->be->device != 0,
                          .last_loss = res->last_loss, .best_loss = res->best_loss,
                          .best_loss_step = res->best_loss_step, .best_metric = r->train.target.metric,
                          .best = res->best, .best_step = u->best_step};

@@ -23,6 +23,8 @@
 # keeps 120 s of it for test_cuda_train, which keeps 30 s for test_dist_nccl), the benchmark what is left after the tests (BENCH_SECONDS; its own default
 # BENCH_BUDGET of 240 s at most; skipped with 60 s or less). Everything is logged to
 # OUT_DIR/gpu-run.log, the benchmark table to OUT_DIR/gpu-bench.md. Exit 0 when every test passed.
+# GPU_RUN_END sets the 470 s; GPU_RUN_SKIP="ops transformer optim train nccl tensor bench" (any of
+# them) leaves parts out, for a second call that only checks what the first one found.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUT_DIR=${1:-${OUT:-$ROOT/build/gpu-run}}
@@ -31,7 +33,7 @@ LOG=$OUT_DIR/gpu-run.log
 exec > >(tee "$LOG") 2>&1
 T0=$SECONDS
 say() { echo "== [$((SECONDS - T0)) s] $*"; }
-END=470 # seconds after the start by which every part has ended (8 minutes less a margin)
+END=${GPU_RUN_END:-470} # seconds after the start by which every part has ended (8 minutes less a margin)
 # limit CAP [RESERVE]: a part's time limit: CAP seconds, or what is left before END less RESERVE
 # (kept for the parts after it) when that is shorter; at least 1 (timeout 0 would mean no limit)
 limit() {
@@ -40,8 +42,11 @@ limit() {
     ((l < 1)) && l=1
     echo "$l"
 }
+# want PART: PART (ops, transformer, optim, train, nccl, tensor, bench) is not in GPU_RUN_SKIP
+want() { [[ " ${GPU_RUN_SKIP:-} " != *" $1 "* ]] || { say "$1: skipped (GPU_RUN_SKIP)"; return 1; }; }
 timed_out() { [[ $1 == 124 ]] && echo " (timed out after $2 s)"; }
 status=0
+unit_failed=0 # a unit test failed: compute-sanitizer runs them again (3e)
 
 say "1. machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || say "nvidia-smi failed"
@@ -68,63 +73,104 @@ say "galley: $GALLEY"
 "$GALLEY" info 2>&1 | sed 's/^/   /'
 
 say "3a. unit/test_cuda_ops"
-if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
-    lim=$(limit 120 120) # leaves test_cuda_train at least 120 s
-    (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_ops)
-    rc=$?
-    say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-    # Again with timed algorithms (cudnnFind, every precision) and a 0.05 MB workspace cap, so
-    # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
-    lim=$(limit 60 120)
-    (cd "$BUILD/tests/unit" && GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05 timeout "$lim" ./test_cuda_ops)
-    rc=$?
-    say "test_cuda_ops (autotune, small workspace): exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-else
-    say "test_cuda_ops not built"; status=1
+if want ops; then
+    if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
+        lim=$(limit 120 120) # leaves test_cuda_train at least 120 s
+        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_ops)
+        rc=$?
+        say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
+        # Again with timed algorithms (cudnnFind, every precision) and a 0.05 MB workspace cap, so
+        # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
+        lim=$(limit 60 120)
+        (cd "$BUILD/tests/unit" && GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05 timeout "$lim" ./test_cuda_ops)
+        rc=$?
+        say "test_cuda_ops (autotune, small workspace): exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
+    else
+        say "test_cuda_ops not built"; status=1
+    fi
 fi
+
 say "3a'. unit/test_cuda_transformer (attention, token ops, relative L2 against the CPU)"
-if [[ -x $BUILD/tests/unit/test_cuda_transformer ]]; then
-    lim=$(limit 60 120)
-    (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_transformer)
-    rc=$?
-    say "test_cuda_transformer: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-else
-    say "test_cuda_transformer not built"; status=1
+if want transformer; then
+    if [[ -x $BUILD/tests/unit/test_cuda_transformer ]]; then
+        lim=$(limit 60 120)
+        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_transformer)
+        rc=$?
+        say "test_cuda_transformer: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
+    else
+        say "test_cuda_transformer not built"; status=1
+    fi
+fi
+
+say "3a''. unit/test_cuda_optim (chunk_sumsq and optim_update against the CPU's loops)"
+if want optim; then
+    if [[ -x $BUILD/tests/unit/test_cuda_optim ]]; then
+        lim=$(limit 30 120)
+        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_optim)
+        rc=$?
+        say "test_cuda_optim: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
+    else
+        say "test_cuda_optim not built"; status=1
+    fi
 fi
 
 say "3b. e2e/test_cuda_train"
-lim=$(limit 300 30) # leaves test_dist_nccl at least 30 s
-GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout "$lim" bash "$ROOT/tests/e2e/test_cuda_train.sh"
-rc=$?
-say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-[[ $rc == 0 ]] || status=1
+if want train; then
+    lim=$(limit 300 30) # leaves test_dist_nccl at least 30 s
+    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout "$lim" bash "$ROOT/tests/e2e/test_cuda_train.sh"
+    rc=$?
+    say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+fi
 
 say "3c. e2e/test_dist_nccl"
-lim=$(limit 60)
-GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_nccl.sh"
-rc=$?
-say "test_dist_nccl: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-[[ $rc == 0 ]] || status=1
+if want nccl; then
+    lim=$(limit 60)
+    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_nccl.sh"
+    rc=$?
+    say "test_dist_nccl: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+fi
 
 say "3d. e2e/test_dist_tensor_gpu"
-lim=$(limit 60)
-GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
-    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_tensor_gpu.sh"
-rc=$?
-say "test_dist_tensor_gpu: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-[[ $rc == 0 ]] || status=1
+if want tensor; then
+    lim=$(limit 60)
+    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_tensor_gpu.sh"
+    rc=$?
+    say "test_dist_tensor_gpu: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+fi
+
+# A failed unit test runs again under compute-sanitizer's memcheck where the tool is there (it
+# names the kernel and the address of a bad access), 60 s at most, before the benchmark.
+if [[ $unit_failed == 1 ]] && command -v compute-sanitizer >/dev/null; then
+    say "3e. compute-sanitizer memcheck on the unit tests"
+    for t in test_cuda_ops test_cuda_transformer test_cuda_optim; do
+        lim=$(limit 30 60)
+        [[ -x $BUILD/tests/unit/$t ]] || continue
+        (cd "$BUILD/tests/unit" && timeout "$lim" compute-sanitizer --tool memcheck --print-limit 20 ./$t) \
+            >"$OUT_DIR/sanitize-$t.log" 2>&1
+        say "$t under memcheck: exit $? ($(grep -c 'Invalid\|ERROR SUMMARY' "$OUT_DIR/sanitize-$t.log") lines of errors; sanitize-$t.log)"
+        grep -m 12 -A 6 'Invalid' "$OUT_DIR/sanitize-$t.log"
+    done
+fi
 
 say "4. benchmark"
-left=$((END - (SECONDS - T0)))
-if [[ -f $ROOT/tests/bench/gpu/run.sh && $left -gt 60 ]]; then
-    GALLEY=$GALLEY BENCH_SECONDS=$left timeout "$left" bash "$ROOT/tests/bench/gpu/run.sh" "$OUT_DIR/gpu-bench.md"
-    say "benchmark: exit $?"
-else
-    say "benchmark skipped ($left s left)"
+if want bench; then
+    left=$((END - (SECONDS - T0)))
+    if [[ -f $ROOT/tests/bench/gpu/run.sh && $left -gt 60 ]]; then
+        GALLEY=$GALLEY BENCH_SECONDS=$left timeout "$left" bash "$ROOT/tests/bench/gpu/run.sh" "$OUT_DIR/gpu-bench.md"
+        say "benchmark: exit $?"
+    else
+        say "benchmark skipped ($left s left)"
+    fi
 fi
+
 say "done: $([[ $status == 0 ]] && echo 'every GPU test passed' || echo 'a GPU test FAILED') in $((SECONDS - T0)) s"
 exit $status

@@ -50,7 +50,9 @@
 #   BENCH_UNET_BATCH    default 64;   BENCH_RESNET_BATCH  default 128;   BENCH_VIT_BATCH  default 16
 #   BENCH_UNET_FALLBACK the U-Net's batch when galley runs out of GPU memory (default 16)
 #   BENCH_COMPILE_MODES torch.compile modes to try, in order (default "reduce-overhead
-#                       max-autotune"): the first for every model, the others as time allows
+#                       max-autotune"): the first for every model, the others as time allows;
+#                       set and empty: no compiled runs
+#   BENCH_COMPILE_SHARE percent of the budget the eager runs leave to the compiled ones (default 40)
 #   BENCH_GALLEY_PRECISION  galley's train.precision: fp32, tf32, bf16 (default: the product's
 #                       default on an H200) or fp16; always passed on galley's command line
 #   BENCH_PEAK_BF16, BENCH_PEAK_TF32, BENCH_PEAK_FP32   TFLOP/s peaks (default 989, 494 and 67:
@@ -78,7 +80,8 @@ BUDGET=${BENCH_BUDGET:-240}
 if [[ -n ${BENCH_SECONDS:-} ]] && ((BENCH_SECONDS < BUDGET)); then BUDGET=$BENCH_SECONDS; fi
 DEADLINE=$((BUDGET - 10)) # the last run ends by then (seconds after the start): the table takes a few
 MODELS=${BENCH_MODELS:-"unet3d resnet18 vit"}
-COMPILE_MODES=${BENCH_COMPILE_MODES:-"reduce-overhead max-autotune"}
+COMPILE_MODES=${BENCH_COMPILE_MODES-"reduce-overhead max-autotune"} # set and empty: no compiled runs
+COMPILE_SHARE=${BENCH_COMPILE_SHARE:-40} # percent of the budget kept for the compiled runs
 GPU_ID=${CUDA_VISIBLE_DEVICES:-0}
 GPU_ID=${GPU_ID%%,*}
 DEVICE=${BENCH_DEVICE:-cuda}
@@ -267,9 +270,15 @@ first_compile=compile:${COMPILE_MODES%% *}
 for ((i = 0; i < ${#QM[@]}; i++)); do
     m=${QM[i]} k=${QK[i]}
     [[ $k != galley && -n ${SKIP_TORCH[$m]:-} ]] && continue
-    wsum=0
-    for ((j = i; j < ${#QM[@]}; j++)); do wsum=$((wsum + QW[j])); done
-    l=$(left)
+    # An eager run's box is its share of the time left less what the compiled runs keep; a
+    # compiled run's, its share of all the time left. (On 2026-12-04 every box came from one
+    # pool, so with 240 s torch's eager runs got under 12 s and were skipped, and no compiled
+    # run finished in its 30 s either.)
+    wsum=0 l=$(left)
+    for ((j = i; j < ${#QM[@]}; j++)); do
+        [[ $k == compile:* || ${QK[j]} != compile:* ]] && wsum=$((wsum + QW[j]))
+    done
+    if [[ $k != compile:* && -n $TORCH_PY && -n $COMPILE_MODES ]]; then l=$((l - BUDGET * COMPILE_SHARE / 100)); fi
     box=$((l * QW[i] / wsum))
     min=12
     [[ $k == compile:* && $k != "$first_compile" ]] && min=40 # an extra try: only with time for it
