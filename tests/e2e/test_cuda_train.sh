@@ -38,10 +38,13 @@ losses() { grep -E '^step ' <<<"$1" | sed -E 's/.*\)  loss ([0-9.eE+-]+|nan|inf)
 # Each case runs in a subshell (fail ends it alone), so one failure does not hide the rest: a GPU
 # is lent rarely, and every case's verdict is wanted from one run.
 failed=()
+# GPU_TRAIN_CASES="NAME ...": only the cases of these recipes (a short second call on a lent GPU)
+wanted() { [[ -z ${GPU_TRAIN_CASES:-} || " $GPU_TRAIN_CASES " == *" $1 "* ]]; }
 same_case() {
     local c=$1
     recipe=${c%%|*}
     name=$(basename "$recipe" .yaml)
+    wanted "$name" || return 0
     read -r -a ov <<<"${c#*|}"
     run "$GALLEY" train "$recipe" "${ov[@]}" "${common[@]}" train.device=cpu
     [[ $RC == 0 ]] || { show_run; fail "$name on the CPU: exit $RC"; }
@@ -81,11 +84,14 @@ for c in "${cases[@]}"; do
     (same_case "$c") || failed+=("$(basename "${c%%|*}" .yaml) (fp32 against the CPU)")
 done
 # ---- reduced precisions: the loss goes down -------------------------------------------------------
-# recipe | overrides: dense (quickstart), conv + batch norm (conv_bn_dropout), transposed conv (unet3d)
+# recipe | overrides: dense (quickstart), conv + batch norm (conv_bn_dropout), transposed conv
+# (unet3d), attention on tensor cores (vit-tiny: head width 64; vit: 48, 128 tokens, two tiles)
 prec_cases=(
     "$GALLEY_SRC/recipes/quickstart.yaml|train.steps=120 log.every=30"
     "$GALLEY_SRC/tests/recipes/dist/conv_bn_dropout.yaml|train.steps=12 log.every=3"
     "$GALLEY_SRC/recipes/unet3d.yaml|data.synthetic.train_size=4 data.synthetic.val_size=2 train.batch_size=2 train.steps=8 log.every=2 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/vit-tiny.yaml|data.synthetic.train_size=64 data.synthetic.val_size=16 train.batch_size=16 train.steps=12 log.every=3 optimizer.schedule.warmup=0"
+    "$GALLEY_SRC/recipes/vit.yaml|data.synthetic.size=64 data.synthetic.train_size=8 data.synthetic.val_size=4 train.batch_size=4 train.steps=8 log.every=2"
 )
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 ampere=0
@@ -94,6 +100,7 @@ prec_case() {
     local c=$1
     recipe=${c%%|*}
     name=$(basename "$recipe" .yaml)
+    wanted "$name" || return 0
     read -r -a ov <<<"${c#*|}"
     precs=(fp16)  # bf16 and tf32 need compute capability 8.0; tf32 on the dense recipe only (time)
     ((ampere)) && precs=(bf16 fp16)

@@ -1,7 +1,8 @@
 // test_cuda_transformer.c: the CUDA backend's transformer kernels against the CPU backend's, as
 // test_cuda_ops.c does for the others (cuda_twin.h: the same inputs on both, overwritten outputs
 // starting as NaN): attention forward and backward (with the causal mask, attention dropout, T
-// not a multiple of the tiles), the token ops (patch_rearrange, row_sum, row_spread, row_scale)
+// not a multiple of the tiles; in bf16 and fp16 the tensor-core kernels, cuda_attention_tc.cu,
+// within a tolerance of the largest |cpu| and not bitwise the fp32 kernels'), the token ops (patch_rearrange, row_sum, row_spread, row_scale)
 // and the relative L2 loss. Pure rearrangements must be bitwise equal, sums within the fp32 sum
 // tolerance. Without a GPU it exits 77: skipped (tests/gpu/run.sh runs it when one is lent).
 #include "testlib.h"
@@ -42,6 +43,100 @@ static void test_attention(void **state) {
     attention_case(b, 1, 200, 2, 17, 1, 0.25f);  // dropout: both draw the same elements
     attention_case(b, 3, 1, 2, 32, 0, 0.0f);
     attention_case(b, 70000, 2, 1, 2, 1, 0.1f);  // a batch above 65535 (it was gridDim.z: no launch)
+}
+
+// max |got - want| / max |want|
+static double worst_rel(const float *got, const float *want, int64_t n) {
+    double d = 0.0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)got[i] - (double)want[i]));
+    return d / fmax(max_abs(want, n), 1e-30);
+}
+
+// One case in the precision set now: y, lse and dqkv against the CPU within rtol of the largest
+// |cpu| when tc (the tensor-core kernels must have run: not bitwise the fp32 kernels'), else
+// bitwise the fp32 kernels' (the case falls back). The fp32 kernels' outputs come from the same
+// GPU with GALLEY_ATTENTION_KERNEL=fp32.
+static void attention_reduced_case(const backends *b, const char *prec, double rtol, int64_t n, int64_t t, int64_t h,
+                                   int64_t e, int causal, float rate, bool tc) {
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "%s attention n=%lld t=%lld h=%lld e=%lld causal=%d dropout=%g", prec, (long long)n,
+             (long long)t, (long long)h, (long long)e, causal, rate);
+    const int64_t rows = n * t, d = h * e;
+    const float scale = 1.0f / sqrtf((float)e);
+    twin qkv = twin_uniform(b, rows * 3 * d, -1, 1, 240), dy = twin_uniform(b, rows * d, -1, 1, 241);
+    twin y = twin_const(b, rows * d, NAN), lse = twin_const(b, n * h * t, NAN), dqkv = twin_const(b, rows * 3 * d, NAN),
+         work = twin_const(b, n * h * t, NAN);
+    float *y32 = xmalloc(sizeof(float) * (size_t)(rows * d)), *l32 = xmalloc(sizeof(float) * (size_t)(n * h * t)),
+          *d32 = xmalloc(sizeof(float) * (size_t)(rows * 3 * d));
+    for (int pass = 0; pass < 2; pass++) {  // 0: GALLEY_ATTENTION_KERNEL=fp32, 1: the kernels the precision picks
+        if (pass == 0) setenv("GALLEY_ATTENTION_KERNEL", "fp32", 1);
+        else unsetenv("GALLEY_ATTENTION_KERNEL");
+        b->gpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g);
+        b->gpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g, dy.g, dqkv.g, work.g);
+        b->gpu->sync();
+        if (pass == 0) {
+            memcpy(y32, y.g, sizeof(float) * (size_t)(rows * d)), memcpy(l32, lse.g, sizeof(float) * (size_t)(n * h * t));
+            memcpy(d32, dqkv.g, sizeof(float) * (size_t)(rows * 3 * d));
+        }
+    }
+    b->cpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c);
+    b->cpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c, dy.c, dqkv.c, work.c);
+    printf("    %s: worst |gpu - cpu| / max |cpu|: y %.2e, lse %.2e, dqkv %.2e (tolerance %g)%s\n", ctx,
+           worst_rel(y.g, y.c, rows * d), worst_rel(lse.g, lse.c, n * h * t), worst_rel(dqkv.g, dqkv.c, rows * 3 * d),
+           rtol, tc ? "" : ", the fp32 kernels");
+    expect_close(ctx, "y", y.g, y.c, rows * d, rtol, fmax(max_abs(y.c, rows * d), 1e-30));
+    expect_close(ctx, "lse", lse.g, lse.c, n * h * t, rtol, fmax(max_abs(lse.c, n * h * t), 1e-30));
+    expect_close(ctx, "dqkv", dqkv.g, dqkv.c, rows * 3 * d, rtol, fmax(max_abs(dqkv.c, rows * 3 * d), 1e-30));
+    if (tc) {
+        if (memcmp(y.g, y32, sizeof(float) * (size_t)(rows * d)) == 0 ||
+            memcmp(dqkv.g, d32, sizeof(float) * (size_t)(rows * 3 * d)) == 0)
+            fail_msg("%s: bitwise the fp32 kernels' results: the tensor-core kernels did not run", ctx);
+    } else {
+        expect_bitwise(ctx, "y (the fp32 kernels')", y.g, y32, rows * d);
+        expect_bitwise(ctx, "lse (the fp32 kernels')", lse.g, l32, n * h * t);
+        expect_bitwise(ctx, "dqkv (the fp32 kernels')", dqkv.g, d32, rows * 3 * d);
+    }
+    free(y32), free(l32), free(d32);
+    twin_free(b, &qkv), twin_free(b, &dy), twin_free(b, &y), twin_free(b, &lse), twin_free(b, &dqkv),
+        twin_free(b, &work);
+}
+
+// train.precision bf16 and fp16: the tensor-core kernels at every head width they take, T below,
+// at and past the 64-row tiles, causal or not; head widths they do not take, and dropout, fall
+// back. Tolerances: bf16 keeps 8 bits of mantissa, fp16 11 (test_cuda_ops's dense and conv
+// tolerances are 0.03 and 0.005).
+static void test_attention_reduced(void **state) {
+    const backends *b = *state;
+    static const struct {
+        int prec;
+        const char *name;
+        double rtol;
+    } precs[] = {{PRECISION_BF16, "bf16", 0.05}, {PRECISION_FP16, "fp16", 0.01}};
+    static const struct {
+        int64_t n, t, h, e;
+        int causal;
+        float rate;
+        bool tc;
+    } cases[] = {{2, 130, 2, 48, 0, 0.0f, true}, {1, 65, 3, 64, 1, 0.0f, true},   {2, 7, 2, 32, 0, 0.0f, true},
+                 {1, 200, 1, 128, 1, 0.0f, true}, {1, 100, 2, 96, 0, 0.0f, true}, {1, 64, 1, 64, 1, 0.0f, true},
+                 {1, 300, 2, 48, 1, 0.0f, true},  {1, 50, 2, 17, 0, 0.0f, false}, {1, 70, 2, 64, 1, 0.25f, false}};
+    char msg[256] = "";
+    if (!b->gpu->set_precision) {  // GALLEY_TEST_FAKE_GPU=cpu: one pass, every case the same arithmetic
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            attention_reduced_case(b, "fake", 1e-6, cases[c].n, cases[c].t, cases[c].h, cases[c].e, cases[c].causal,
+                                   cases[c].rate, false);
+        return;
+    }
+    for (size_t p = 0; p < sizeof precs / sizeof precs[0]; p++) {
+        if (b->gpu->set_precision(precs[p].prec, msg, sizeof msg) < 0) {
+            printf("    %s attention not checked: %s\n", precs[p].name, msg);
+            continue;
+        }
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            attention_reduced_case(b, precs[p].name, precs[p].rtol, cases[c].n, cases[c].t, cases[c].h, cases[c].e,
+                                   cases[c].causal, cases[c].rate, cases[c].tc);
+    }
+    assert_int_equal(b->gpu->set_precision(PRECISION_FP32, msg, sizeof msg), PRECISION_FP32);
 }
 
 static void test_patch_rearrange(void **state) {
@@ -125,5 +220,6 @@ static void test_l2_relative(void **state) {
 }
 
 CUDA_TWIN_MAIN("test_cuda_transformer", cmocka_unit_test_prestate(test_attention, &be),
+               cmocka_unit_test_prestate(test_attention_reduced, &be),
                cmocka_unit_test_prestate(test_patch_rearrange, &be), cmocka_unit_test_prestate(test_row_ops, &be),
                cmocka_unit_test_prestate(test_l2_relative, &be), )

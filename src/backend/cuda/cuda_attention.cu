@@ -10,7 +10,8 @@
 //             recomputing p = e^(q.k scale - lse).
 // Dropout draws rng_mix_uniform(key, base + ((n H + h) T + i) T + j), the CPU's rng_uniform; in a
 // recorded pass (cuda_graph.cu) the step is read on the device, as cuda_elem.cu's dropout does.
-// Not tuned (no tensor cores, no bf16): the GPU's fast path is left for when a GPU is lent.
+// fp32 (and tf32) runs, and attention dropout, take these kernels; bf16 and fp16 take the tensor
+// cores' (cuda_attention_tc.cu) where it applies.
 #include "backend/cuda/cuda_internal.h"
 #include "galley/check.h"
 #include "galley/rng.h"
@@ -204,6 +205,7 @@ static at_args at_make(int64_t t, int64_t h, int64_t e, float scale, int causal,
 void cuda_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
                             uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse) {
     if (n <= 0 || t <= 0) return;
+    if (cuda_attention_tc_forward(n, t, h, e, scale, causal, rate, qkv, y, lse)) return;
     const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
     const dim3 grid = at_grid(n, t, h);
     const size_t smem = sizeof(float) * (size_t)(2 * a.tile * e);
@@ -220,6 +222,7 @@ void cuda_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float s
     const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
     at_rowdot_k<<<cuda_grid(n * h * t, GL_BLOCK), GL_BLOCK, 0, st>>>(n, t, h, e, y, dy, work);
     CU_LAUNCHED();
+    if (cuda_attention_tc_backward(n, t, h, e, scale, causal, rate, qkv, lse, dy, work, dqkv)) return;
     const dim3 grid = at_grid(n, t, h);
     at_dq_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e), st>>>(a, qkv, dy, lse, work, dqkv);
     CU_LAUNCHED();

@@ -50,9 +50,18 @@ typedef struct {
     uint64_t mem_gen;       // bumped when the workspace, stage or partials are reallocated
     uint64_t *step_dev;     // the step recorded dropout kernels read (replay_step sets it)
     void *blas_ws;          // cuBLAS's workspace, ours so that it never allocates while recording
+    uint64_t attn_tc_smem;  // cuda_attention_tc.cu: which kernels were allowed their shared memory
 } cuda_ctx;
 
 cuda_ctx *cuda_ctx_get(void);
+
+// cuda_attention_tc.cu: attention on tensor cores where train.precision is bf16 or fp16 (its
+// header says when else it applies). 1: done; 0: not taken, the caller runs the fp32 kernels.
+// backward's d is D = rowsum(dy * y), [N, H, T], already computed.
+int cuda_attention_tc_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                              const float *qkv, float *y, float *lse);
+int cuda_attention_tc_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
+                               const float *qkv, const float *lse, const float *dy, const float *d, float *dqkv);
 
 // At least `bytes` of device workspace, valid until the next call (grows, never shrinks).
 void *cuda_workspace(size_t bytes);
