@@ -4,6 +4,11 @@
 #
 #   bash tests/gpu/run.sh [OUT_DIR]        (OUT_DIR default: $OUT, else build/gpu-run)
 #
+# On a GPU machine without galley's build dependencies (no network to install them): run
+# tests/gpu/pack.sh where galley builds, copy build/gpu-carry/ beside the same checkout there, and
+# run tests/gpu/bare.sh, which sets up Open MPI and NVIDIA's libraries and then runs this script.
+# That is how it ran on a lent H200 on 2026-12-04 (about 215 s for every part but the benchmark).
+#
 #   1. the machine: nvidia-smi, `galley info`;
 #   2. the build: build/galley if it was carried along and has the CUDA backend, else a fresh
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
