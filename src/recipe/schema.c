@@ -306,7 +306,8 @@ static const key_spec train_keys[] = {
      "replay it with one launch; a pass that cannot be recorded (sync_batchnorm, gradient buckets sent during "
      "backward) runs eagerly and a line says why. No effect on the CPU"},
     {"precision", KT_ENUM, KF_DEFAULT, "auto", NO_RANGE, precision_choices, OFF(train.precision), NULL,
-     "arithmetic of the GEMM-shaped layers (dense, conv, conv_transpose) on a GPU: fp32 (exact fp32, the same "
+     "arithmetic of the GEMM-shaped layers (dense, conv, conv_transpose, and attention's scores and "
+     "weighted sums where its tensor-core kernel applies) on a GPU: fp32 (exact fp32, the same "
      "bits every run); tf32 (TF32 tensor cores, compute capability 8.0+); bf16 or fp16 (mixed precision: "
      "operands rounded to 16 bits, fp32 accumulation and results; fp16 adds dynamic loss scaling, its scale "
      "saved in checkpoints); auto: bf16 on compute capability 8.0+, fp16 on 7.x, fp32 on the CPU. Weights, "
