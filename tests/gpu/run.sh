@@ -77,80 +77,50 @@ BUILD=$(dirname "$GALLEY")
 say "galley: $GALLEY"
 "$GALLEY" info 2>&1 | sed 's/^/   /'
 
+# unit CAP RESERVE NAME [VAR=VALUE...]: tests/unit/NAME of the build, in the environment given,
+# limited to limit CAP RESERVE; a failure marks the run failed and the unit tests for memcheck.
+unit() {
+    local lim name=$3 rc
+    lim=$(limit "$1" "$2")
+    shift 3
+    if [[ ! -x $BUILD/tests/unit/$name ]]; then
+        say "$name not built"
+        status=1
+        return
+    fi
+    (cd "$BUILD/tests/unit" && env "$@" timeout "$lim" "./$name")
+    rc=$?
+    say "$name${*:+ ($*)}: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || { status=1; unit_failed=1; }
+}
+# e2e CAP RESERVE NAME: tests/e2e/NAME.sh against this build (mpirun allowed as root)
+e2e() {
+    local lim name=$3 rc
+    lim=$(limit "$1" "$2")
+    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/$name.sh"
+    rc=$?
+    say "$name: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
+    [[ $rc == 0 ]] || status=1
+}
+
 say "3a. unit/test_cuda_ops"
 if want ops; then
-    if [[ -x $BUILD/tests/unit/test_cuda_ops ]]; then
-        lim=$(limit 120 120) # leaves test_cuda_train at least 120 s
-        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_ops)
-        rc=$?
-        say "test_cuda_ops: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
-        # Again with timed algorithms (cudnnFind, every precision) and a 0.05 MB workspace cap, so
-        # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
-        lim=$(limit 60 120)
-        (cd "$BUILD/tests/unit" && GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05 timeout "$lim" ./test_cuda_ops)
-        rc=$?
-        say "test_cuda_ops (autotune, small workspace): exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
-    else
-        say "test_cuda_ops not built"; status=1
-    fi
+    unit 120 120 test_cuda_ops # leaves test_cuda_train at least 120 s
+    # Again with timed algorithms (cudnnFind, every precision) and a 0.05 MB workspace cap, so
+    # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
+    unit 60 120 test_cuda_ops GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05
 fi
-
 say "3a'. unit/test_cuda_transformer (attention, token ops, relative L2 against the CPU)"
-if want transformer; then
-    if [[ -x $BUILD/tests/unit/test_cuda_transformer ]]; then
-        lim=$(limit 60 120)
-        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_transformer)
-        rc=$?
-        say "test_cuda_transformer: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
-    else
-        say "test_cuda_transformer not built"; status=1
-    fi
-fi
-
+want transformer && unit 60 120 test_cuda_transformer
 say "3a''. unit/test_cuda_optim (chunk_sumsq and optim_update against the CPU's loops)"
-if want optim; then
-    if [[ -x $BUILD/tests/unit/test_cuda_optim ]]; then
-        lim=$(limit 30 120)
-        (cd "$BUILD/tests/unit" && timeout "$lim" ./test_cuda_optim)
-        rc=$?
-        say "test_cuda_optim: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-        [[ $rc == 0 ]] || { status=1; unit_failed=1; }
-    else
-        say "test_cuda_optim not built"; status=1
-    fi
-fi
-
+want optim && unit 30 120 test_cuda_optim
 say "3b. e2e/test_cuda_train"
-if want train; then
-    lim=$(limit 300 30) # leaves test_dist_nccl at least 30 s
-    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 timeout "$lim" bash "$ROOT/tests/e2e/test_cuda_train.sh"
-    rc=$?
-    say "test_cuda_train: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-fi
-
+want train && e2e 300 30 test_cuda_train # leaves test_dist_nccl at least 30 s
 say "3c. e2e/test_dist_nccl"
-if want nccl; then
-    lim=$(limit 60)
-    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_nccl.sh"
-    rc=$?
-    say "test_dist_nccl: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-fi
-
+want nccl && e2e 60 0 test_dist_nccl
 say "3d. e2e/test_dist_tensor_gpu"
-if want tensor; then
-    lim=$(limit 60)
-    GALLEY=$GALLEY GALLEY_SRC=$ROOT GALLEY_BUILD=$BUILD GALLEY_HAVE_CUDA=1 OMPI_ALLOW_RUN_AS_ROOT=1 \
-        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout "$lim" bash "$ROOT/tests/e2e/test_dist_tensor_gpu.sh"
-    rc=$?
-    say "test_dist_tensor_gpu: exit $rc$([[ $rc == 77 ]] && echo ' (skipped: no GPU)')$(timed_out "$rc" "$lim")"
-    [[ $rc == 0 ]] || status=1
-fi
+want tensor && e2e 60 0 test_dist_tensor_gpu
 
 # A failed unit test runs again under compute-sanitizer's memcheck where the tool is there (it
 # names the kernel and the address of a bad access), 60 s at most, before the benchmark.
