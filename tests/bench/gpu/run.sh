@@ -37,7 +37,8 @@
 #
 # Time: each run gets a time box, a share of the time left in proportion to its weight
 # (galley 3, torch eager 2 each, first compile 5, later compiles 4 and only with 40 s or more);
-# what a run leaves unused goes to the later ones.
+# the eager runs (galley's included) share what is left less BENCH_COMPILE_SHARE percent of the
+# budget, which the compiled runs keep; what a run leaves unused goes to the later ones.
 # The U-Net's batch falls back to 16 (for every column) when galley runs out of GPU memory at 64.
 #
 # Environment:
