@@ -19,7 +19,8 @@
 // Inputs and outputs stay fp32 in memory (the layer's contract); tiles are rounded to 16 bits
 // as they are loaded into shared memory. Taken when: precision bf16 or fp16, no attention
 // dropout (its draws are the fp32 kernels'), a head width of 32, 48, 64, 96 or 128, and 16-byte
-// aligned buffers. GALLEY_ATTENTION_KERNEL=fp32 turns it off (to compare the two).
+// aligned buffers. GALLEY_ATTENTION_KERNEL=fp32 turns it off (to compare the two); another value
+// ends the run with exit 2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -57,7 +58,8 @@ __device__ static void tc_load(const float *src, const tc_args &a, int64_t n, in
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r0 + r < a.t) {
             const int64_t row = n * a.t + r0 + r;
-            v = *(const float4 *)(part < 0 ? src + (row * a.h + hh) * E + c : src + ((row * 3 + part) * a.h + hh) * E + c);
+            const int64_t at = part < 0 ? (row * a.h + hh) * E + c : ((row * 3 + part) * a.h + hh) * E + c;
+            v = *(const float4 *)(src + at);
         }
         T *d = s + r * E + c;
         d[0] = tc_round<T>(v.x), d[1] = tc_round<T>(v.y), d[2] = tc_round<T>(v.z), d[3] = tc_round<T>(v.w);
@@ -294,7 +296,10 @@ static int tc_choice(int64_t e, float rate, const void *const *ptrs, int nptr) {
     for (int k = 0; k < nptr; k++)
         if ((uintptr_t)ptrs[k] % 16 != 0) return -1;
     const char *env = getenv("GALLEY_ATTENTION_KERNEL");
-    if (env && strcmp(env, "fp32") == 0) return -1;
+    if (env && *env && strcmp(env, "fp32") != 0)
+        gl_die(GL_EXIT_USAGE, "unset it to let train.precision choose",
+               "GALLEY_ATTENTION_KERNEL=%s: the only value is fp32", env);
+    if (env && *env) return -1;
     return p == PRECISION_BF16 ? 1 : 0;
 }
 
