@@ -46,3 +46,15 @@ same_bits() {
 same_bits small "${small[@]}"
 [[ $GALLEY_SANITIZE == 1 ]] || same_bits cosmo "${cosmo[@]}"
 info "the same bits at every thread count and unfused"
+
+# The runs above took Winograd's F(2,3) for the 3x3(x3) convolutions of 16 channels and more
+# (cpu_conv_wino.c): GALLEY_CONV_ALGO=direct (the implicit GEMM throughout) trains to other bits,
+# losses within 1e-4 of them; an unknown value ends the run with exit 2, naming the values.
+GALLEY_CONV_ALGO=direct train 1 small-direct "${small[@]}" train.threads=2
+[[ $(losses small-1) != "$(losses small-direct)" ]] || fail "GALLEY_CONV_ALGO=direct gave the default's bits"
+same_losses small-1 small-direct 1e-4
+GALLEY_CONV_ALGO=fast run "$GALLEY" train "${small[@]}" train.threads=2 --run-dir bad-algo
+assert_rc 2
+grep -q "GALLEY_CONV_ALGO=fast: the values are auto, direct and winograd" <<<"$ERR" ||
+    fail "GALLEY_CONV_ALGO=fast: expected the values named, got: $ERR"
+info "GALLEY_CONV_ALGO=direct: other bits, the same losses within 1e-4; an unknown value: exit 2"

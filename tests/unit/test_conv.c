@@ -865,6 +865,226 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
     check_fast_order(&cases[12], 64, 0);
 }
 
+// ---- Winograd F(2,3) (cpu_conv_wino.c) ----------------------------------------------------------
+//
+// Not the direct sums bit for bit: F(2,3) rounds differently. Each output must be within 1e-6 of
+// the exact (double) sum's scale, sum |w x| + |b| (about 8 float ulps of it; the worst seen on a
+// Zen 3 EPYC was 1.4e-7, and the message prints each case's; dW: of the tensor's largest such
+// sum), the same bits at 1, 2 and 3 threads and on both instruction sets (additions and the tile
+// kernels), and really the transformed path (not the direct bits everywhere). The weight gradient
+// also runs in the least scratch it takes (one sample a chunk, the padded dy ending scratch).
+
+// y (n, f, out) in double: bias + sum over (c, taps), and mag = bias + sum |terms|. flip as
+// fast_model_conv; acc adds to y0.
+static void wino_model(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3], const int64_t k[3],
+                       const int64_t p[3], const float *x, const float *w, const float *b, const float *y0, int flip,
+                       double *y, double *mag) {
+    const int64_t one[3] = {1, 1, 1}, taps = k[0] * k[1] * k[2], in_pos = in[0] * in[1] * in[2];
+    const int64_t out_pos = out[0] * out[1] * out[2];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t fo = 0; fo < f; fo++)
+            for (int64_t q = 0; q < out_pos; q++) {
+                int64_t o[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]}, i = (s * f + fo) * out_pos + q;
+                double a = y0 ? y0[i] : b ? b[fo] : 0.0, m = fabs(a);
+                for (int64_t ci = 0; ci < c; ci++)
+                    for (int64_t t = 0; t < taps; t++) {
+                        int64_t tt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
+                        double v = tap_value(x + (s * c + ci) * in_pos, in, o, tt, one, p);
+                        double wt = flip ? w[(ci * f + fo) * taps + taps - 1 - t] : w[(fo * c + ci) * taps + t];
+                        a += wt * v, m += fabs(wt * v);
+                    }
+                y[i] = a, mag[i] = m;
+            }
+}
+
+// dw (f, c, taps) in double: the sum over samples and positions of dy * the tap's input, and mag
+// the sum of the terms' magnitudes.
+static void wino_model_dw(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                          const int64_t k[3], const int64_t p[3], const float *x, const float *dy, double *dw,
+                          double *mag) {
+    const int64_t one[3] = {1, 1, 1}, taps = k[0] * k[1] * k[2], in_pos = in[0] * in[1] * in[2];
+    const int64_t out_pos = out[0] * out[1] * out[2];
+    for (int64_t fo = 0; fo < f; fo++)
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t t = 0; t < taps; t++) {
+                int64_t tt[3] = {t / (k[1] * k[2]), t / k[2] % k[1], t % k[2]};
+                double a = 0, m = 0;
+                for (int64_t s = 0; s < n; s++)
+                    for (int64_t q = 0; q < out_pos; q++) {
+                        int64_t o[3] = {q / (out[1] * out[2]), q / out[2] % out[1], q % out[2]};
+                        double v = tap_value(x + (s * c + ci) * in_pos, in, o, tt, one, p);
+                        double g = dy[(s * f + fo) * out_pos + q];
+                        a += g * v, m += fabs(g * v);
+                    }
+                dw[(fo * c + ci) * taps + t] = a, mag[(fo * c + ci) * taps + t] = m;
+            }
+}
+
+static void wino_expect_near(const char *at, const char *what, const float *got, const double *want,
+                             const double *mag, int64_t n, cpu_store_act act) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double w = want[i];
+        if (act.on) w = w > 0 ? w : act.act == ACT_RELU ? 0.0 : act.slope * w;
+        double e = fabs((double)got[i] - w) / (mag[i] > 1e-30 ? mag[i] : 1e-30);
+        if (!(e <= 1e-6)) fail_msg("%s: %s[%lld] = %.9g, exact %.9g (scale %.3g): off by %.3g of the scale", at, what,
+                                   (long long)i, (double)got[i], w, mag[i], e);
+        worst = e > worst ? e : worst;
+    }
+    print_message("  %s: %s worst %.2g of the scale\n", at, what, worst);
+}
+
+typedef struct {
+    int64_t c, f, in[3], k[3], p[3], n;
+} wino_case;
+
+static void check_wino(const wino_case *wc, cpu_store_act act) {
+    char at[200];
+    int64_t out[3], pf[3], in_pos = 1, out_pos = 1, taps = 1;
+    for (int j = 0; j < 3; j++) {
+        out[j] = wc->in[j] + 2 * wc->p[j] - (wc->k[j] - 1);
+        pf[j] = wc->k[j] - 1 - wc->p[j];
+        in_pos *= wc->in[j], out_pos *= out[j], taps *= wc->k[j];
+    }
+    snprintf(at, sizeof at, "winograd c=%lld f=%lld in=[%lld,%lld,%lld] k=%lld p=%lld n=%lld act=%d", (long long)wc->c,
+             (long long)wc->f, (long long)wc->in[0], (long long)wc->in[1], (long long)wc->in[2], (long long)wc->k[2],
+             (long long)wc->p[2], (long long)wc->n, act.on ? (int)act.act : -1);
+    const int64_t n = wc->n, c = wc->c, f = wc->f, nx = n * c * in_pos, ny = n * f * out_pos, nw = f * c * taps;
+    const int64_t ns = 1 << 22;
+    guard_map gm[7];
+    float *x = guarded((size_t)nx, 0, &gm[0]), *w = guarded((size_t)nw, 1, &gm[1]), *b = guarded((size_t)f, 0, &gm[2]);
+    float *dy = guarded((size_t)ny, 1, &gm[3]), *y = guarded((size_t)ny, 0, &gm[4]);
+    float *dx = guarded((size_t)nx, 1, &gm[5]);
+    float *scratch = guarded((size_t)ns, 0, &gm[6]);
+    float *y1 = xmalloc(sizeof(float) * (size_t)ny), *dx1 = xmalloc(sizeof(float) * (size_t)nx);
+    float *dx0 = xmalloc(sizeof(float) * (size_t)nx);
+    double *ry = xmalloc(sizeof(double) * (size_t)ny), *my = xmalloc(sizeof(double) * (size_t)ny);
+    double *rdx = xmalloc(sizeof(double) * (size_t)nx), *mdx = xmalloc(sizeof(double) * (size_t)nx);
+    double *rdw = xmalloc(sizeof(double) * (size_t)nw), *mdw = xmalloc(sizeof(double) * (size_t)nw);
+    float *dw = xmalloc(sizeof(float) * (size_t)nw), *dw1 = xmalloc(sizeof(float) * (size_t)nw);
+    tl_fill_uniform(x, nx, -1, 1, 700);
+    tl_fill_uniform(w, nw, -1, 1, 701);
+    tl_fill_uniform(b, f, -1, 1, 702);
+    tl_fill_uniform(dy, ny, -1, 1, 703);
+    tl_fill_uniform(dx0, nx, -1, 1, 704);
+    wino_model(n, c, f, wc->in, out, wc->k, wc->p, x, w, b, NULL, 0, ry, my);
+    wino_model(n, f, c, out, wc->in, wc->k, pf, dy, w, NULL, dx0, 1, rdx, mdx);
+    wino_model_dw(n, c, f, wc->in, out, wc->k, wc->p, x, dy, rdw, mdw);
+    const int64_t d1[3] = {1, 1, 1};
+    for (int threads = 1; threads <= 3; threads++) {
+        backend_cpu()->set_threads(threads);
+        char at_t[240];
+        snprintf(at_t, sizeof at_t, "%s, %d threads", at, threads);
+        for (int64_t i = 0; i < ny; i++) y[i] = 1e30f;
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
+        assert_true(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act));
+        memcpy(dx, dx0, sizeof(float) * (size_t)nx);
+        assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, NULL, NULL, scratch, ns));
+        assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, dy, dx, scratch, ns));
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
+        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
+        // all of scratch, or the least it takes (the last sample's padded dy then ends it)
+        const int64_t sdw = threads == 2 ? cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p) : ns;
+        assert_true(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, x, dy, dw,
+                                              scratch + ns - sdw, sdw));
+        if (threads == 1) {
+            wino_expect_near(at_t, "y", y, ry, my, ny, act);
+            wino_expect_near(at_t, "dx", dx, rdx, mdx, nx, (cpu_store_act){0});
+            // dw: of the tensor's scale (its largest sum of |terms|). A tap that only one position
+            // reaches (a 2x2 map's corner) is a single product, but F(2,3) sums it from the whole
+            // patch's products and cancels the rest: 2.8e-6 of that product, 2e-7 of the largest.
+            double top = 0;
+            for (int64_t i = 0; i < nw; i++) top = mdw[i] > top ? mdw[i] : top;
+            for (int64_t i = 0; i < nw; i++) mdw[i] = top;
+            wino_expect_near(at_t, "dw", dw, rdw, mdw, nw, (cpu_store_act){0});
+            memcpy(y1, y, sizeof(float) * (size_t)ny), memcpy(dx1, dx, sizeof(float) * (size_t)nx);
+            memcpy(dw1, dw, sizeof(float) * (size_t)nw);
+        } else {
+            expect_same_bits(at_t, "y (against 1 thread)", y, y1, ny);
+            expect_same_bits(at_t, "dx (against 1 thread)", dx, dx1, nx);
+            expect_same_bits(at_t, "dw (against 1 thread)", dw, dw1, nw);
+        }
+    }
+    // really F(2,3): the implicit GEMM's bits differ somewhere
+    if (!act.on) {
+        assert_true(cpu_conv_fast_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act));
+        assert_true(memcmp(y, y1, sizeof(float) * (size_t)ny) != 0);
+    }
+    // too little scratch: false, and y untouched
+    for (int64_t i = 0; i < ny; i++) y[i] = 7.0f;
+    assert_false(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, 64, act));
+    assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, NULL, NULL, scratch, 64));
+    const int64_t least = cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p);
+    for (int64_t i = 0; i < nw; i++) dw[i] = 7.0f;
+    assert_false(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, x, dy, dw, scratch, least - 1));
+    for (int64_t i = 0; i < nw; i++) assert_true(dw[i] == 7.0f);
+    for (int64_t i = 0; i < ny; i++) assert_true(y[i] == 7.0f);
+    backend_cpu()->set_threads(2);
+    for (int i = 0; i < 7; i++) munmap(gm[i].map, gm[i].len);
+    free(y1), free(dx1), free(dx0), free(ry), free(my), free(rdx), free(mdx), free(rdw), free(mdw), free(dw), free(dw1);
+}
+
+static void test_conv_winograd_matches_exact_sums(void **state) {
+    (void)state;
+    int64_t sp[3] = {1, 8, 8}, k3[3] = {1, 3, 3}, p1[3] = {0, 1, 1}, d1[3] = {1, 1, 1};
+    if (!cpu_conv_fast_ok()) {
+        assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, NULL, 1 << 20,
+                                           (cpu_store_act){0}));
+        print_message("no AVX-512 or AVX2+FMA here: Winograd is not used\n");
+        return;
+    }
+    setenv("GALLEY_CONV_ALGO", "winograd", 1);
+    const wino_case cases[] = {
+        // small_cnn's second layer at batch 2 (64 tiles), CosmoFlow-like 3D, odd sizes (last tiles
+        // cut), padding 0 and 2, a 1D (W only) and a 3x3-in-D-and-W-only one, more lanes than tiles.
+        {.c = 32, .f = 64, .in = {1, 16, 16}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 2},
+        {.c = 8, .f = 13, .in = {6, 6, 6}, .k = {3, 3, 3}, .p = {1, 1, 1}, .n = 2},
+        {.c = 5, .f = 7, .in = {5, 7, 3}, .k = {3, 3, 3}, .p = {1, 1, 1}, .n = 3},
+        {.c = 3, .f = 4, .in = {1, 9, 11}, .k = {1, 3, 3}, .p = {0, 0, 0}, .n = 2},
+        {.c = 3, .f = 4, .in = {1, 5, 6}, .k = {1, 3, 3}, .p = {0, 2, 2}, .n = 1},
+        {.c = 6, .f = 9, .in = {1, 1, 37}, .k = {1, 1, 3}, .p = {0, 0, 1}, .n = 2},
+        {.c = 4, .f = 5, .in = {5, 3, 6}, .k = {3, 1, 3}, .p = {1, 0, 1}, .n = 1},
+        {.c = 2, .f = 3, .in = {1, 2, 2}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 1},
+        // 399 tiles a sample: the weight gradient's chunks of 256 tiles, one ending mid-batch
+        {.c = 3, .f = 5, .in = {1, 42, 38}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_wino(&cases[i], (cpu_store_act){0});
+    check_wino(&cases[0], (cpu_store_act){.on = true, .act = ACT_RELU});
+    check_wino(&cases[1], (cpu_store_act){.on = true, .act = ACT_LEAKY_RELU, .slope = 0.3f});
+    // Where it does not apply: stride/dilation 2 (the caller's), kernel 5, kernel 3 in H only, and
+    // GALLEY_CONV_ALGO=direct; and where auto finds it not worth it (3 input channels).
+    int64_t k5[3] = {1, 5, 5}, d2[3] = {1, 2, 2}, kh[3] = {1, 3, 1}, p10[3] = {0, 1, 0}, p2[3] = {0, 2, 2};
+    assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, k5, d1, p2, NULL, NULL, NULL, NULL, NULL, 1 << 20,
+                                       (cpu_store_act){0}));
+    assert_false(cpu_conv_wino_forward(1, 16, 16, sp, (int64_t[3]){1, 6, 6}, k3, d2, p1, NULL, NULL, NULL, NULL, NULL,
+                                       1 << 20, (cpu_store_act){0}));
+    assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, kh, d1, p10, NULL, NULL, NULL, NULL, NULL, 1 << 20,
+                                       (cpu_store_act){0}));
+    setenv("GALLEY_CONV_ALGO", "direct", 1);
+    assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    setenv("GALLEY_CONV_ALGO", "auto", 1);
+    assert_true(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    assert_false(cpu_conv_wino_input_grad(4, 32, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    assert_false(cpu_conv_wino_worth(64, 3, 32, 16, 2));
+    assert_false(cpu_conv_wino_worth(64, 256, 512, 1, 3));  // 2^3 maps: one tile a sample
+    assert_true(cpu_conv_wino_worth(8, 32, 64, 512, 3));
+    unsetenv("GALLEY_CONV_ALGO");
+}
+
+// Through the layer, with F(2,3) forced: the gradients of a 2D and a 3D convolution (and bias)
+// match central differences, as the direct kernels' do.
+static void test_conv_winograd_gradients_match_finite_differences(void **state) {
+    (void)state;
+    setenv("GALLEY_CONV_ALGO", "winograd", 1);
+    for (int nd = 2; nd <= 3; nd++) {
+        cv_case t = {.nd = nd, .c = 4, .sp = {3, 5, 4}, .f = 5, .k = 3, .s = 1, .p = GL_PAD_SAME, .d = 1, .g = 1,
+                     .bias = 1};
+        if (nd == 2) t.sp[1] = 5, t.sp[2] = 7;
+        gradcheck(&t, 0, 0);
+    }
+    unsetenv("GALLEY_CONV_ALGO");
+}
+
 // ---- parameters and the scratch plan -----------------------------------------------------------
 
 static void test_conv_parameters_follow_pytorch(void **state) {
@@ -1058,6 +1278,8 @@ int main(void) {
         cmocka_unit_test(test_conv_transpose_gradients_match_finite_differences),
         cmocka_unit_test(test_conv_results_do_not_depend_on_threads),
         cmocka_unit_test(test_conv_fast_kernels_sum_in_the_documented_order),
+        cmocka_unit_test(test_conv_winograd_matches_exact_sums),
+        cmocka_unit_test(test_conv_winograd_gradients_match_finite_differences),
         cmocka_unit_test(test_conv_parameters_follow_pytorch),
         cmocka_unit_test(test_conv_init_uses_fan_in),
         cmocka_unit_test(test_conv_infer_errors_name_the_shapes),

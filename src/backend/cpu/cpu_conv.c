@@ -321,8 +321,10 @@ static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const flo
 static void conv_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
                      float *scratch, int64_t scratch_floats, cpu_store_act act) {
     if (n <= 0) return;
-    if (fast_applies(g) && cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
-                                                 g->geo.p, x, w, b, y, scratch, scratch_floats, act))
+    if (fast_applies(g) && (cpu_conv_wino_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                   g->geo.p, x, w, b, y, scratch, scratch_floats, act) ||
+                            cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                  g->geo.p, x, w, b, y, scratch, scratch_floats, act)))
         return;
     const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
@@ -353,14 +355,24 @@ static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w
     if (n <= 0) return;
     // The fast kernels where they apply; dx last, as it reuses the scratch of dW's columns.
     bool fast = fast_applies(g);
-    bool dw_done = fast && cpu_conv_fast_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
-                                                     g->geo.p, x, dy, dw, scratch, scratch_floats);
-    float *dx_fast = NULL;
+    bool dw_done = fast && (cpu_conv_wino_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k,
+                                                      g->geo.d, g->geo.p, x, dy, dw, scratch, scratch_floats) ||
+                            cpu_conv_fast_weight_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
+                                                      g->geo.p, x, dy, dw, scratch, scratch_floats));
+    float *dx_fast = NULL, *dx_wino = NULL;
+    if (dx && fast &&
+        cpu_conv_wino_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
+                                 NULL, scratch, scratch_floats))
+        dx_wino = dx, dx = NULL;
     if (dx && fast &&
         cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
                                  NULL, scratch, scratch_floats))
         dx_fast = dx, dx = NULL;
     if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
+    if (dx_wino)
+        GL_CHECK(cpu_conv_wino_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p,
+                                          w, dy, dx_wino, scratch, scratch_floats),
+                 "the Winograd input gradient said it would apply");
     if (dx_fast)
         cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy,
                                  dx_fast, scratch, scratch_floats);

@@ -688,6 +688,18 @@ static const ig_kernels *ig_kernels_get(void) {
 #endif
 }
 
+cpu_conv_tile_fn cpu_conv_fast_tile(int *mr) {
+    const ig_kernels *kr = ig_kernels_get();
+    *mr = kr ? kr->mr : 0;
+    return kr ? kr->tile : NULL;
+}
+
+cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr) {
+    const ig_kernels *kr = ig_kernels_get();
+    *mr = kr ? kr->mr : 0;
+    return kr ? kr->dw_tile : NULL;
+}
+
 // ---- drivers, shared by both instruction sets ------------------------------------------------------
 
 // Output bytes from which ig_run streams its stores past the caches (see there).

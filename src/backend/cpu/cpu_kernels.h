@@ -72,6 +72,37 @@ bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats);
 // db (CH) = the sum of dy (N,CH,P) over N and P, in double (overwritten).
 bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db);
+// The implicit GEMM's register-tile kernel, for cpu_conv_wino.c: y[rows][cols] (row stride ldy,
+// rows <= *mr, cols <= 32) = bias (or 0, or y itself when acc) + sum over k < kk of a[k][i] * b[k][j]
+// in k order, a packed [kk][*mr], b [kk][32]; the same bits on AVX2 and AVX-512. NULL: neither.
+typedef void (*cpu_conv_tile_fn)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows,
+                                 int cols, const float *bias, bool acc, cpu_store_act act);
+cpu_conv_tile_fn cpu_conv_fast_tile(int *mr);
+// The weight gradient's tile kernel, likewise: dwt[rows][cols] (row stride ldw, rows <= *mr, cols <=
+// 32) = (init ? 0 : dwt) + sum over j < cnt (<= 256), in j order, of panel[i * ldp + j] * dyt[j *
+// lddy + col]; reads *mr rows of panel whatever rows is.
+typedef void (*cpu_conv_dw_tile_fn)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
+                                    float *dwt, int64_t ldw, int rows, int cols, bool init);
+cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr);
+// cpu_conv_wino.c: 3x3(x3) stride-1 convolutions by Winograd F(2,3) (kernel 3 along W, and 3 or
+// 1 along D and H; padding 0..2), forward and input gradient, the same arguments as the
+// cpu_conv_fast_* ones. false, having done nothing: it does not apply, GALLEY_CONV_ALGO=direct,
+// cpu_conv_wino_worth says no, or too little scratch (input_grad with dy NULL: only says).
+bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles, int transformed_axes);
+bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                           const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
+                           cpu_store_act act);
+// dw (F,C,taps) = the weight gradient (overwritten), as cpu_conv_fast_weight_grad.
+bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                               const float *dy, float *dw, float *scratch, int64_t scratch_floats);
+// The least scratch cpu_conv_wino_weight_grad takes (one thread, one sample at a time); 0: none.
+int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                                         const int64_t k[3], const int64_t p[3]);
+bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, float *scratch, int64_t scratch_floats);
 // (end conv region)
 // (begin pool-norm region)
 // Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a

@@ -1,0 +1,681 @@
+// cpu_conv_wino.c: 3x3 and 3x3x3 stride-1 convolutions by Winograd's minimal filtering F(2,3)
+// along each transformed axis (Lavin and Gray, "Fast Algorithms for Convolutional Neural
+// Networks", 2016): the forward pass and the input gradient (a stride-1 convolution itself, of dy
+// with the kernel flipped and channels swapped).
+//
+// Why: the implicit GEMM of cpu_conv_fast.c already runs these layers at 60-70% of the machine's
+// sgemm peak, and issue #24 asks for 2x PyTorch, which at that rate needs fewer multiplications,
+// not faster ones. A tile of 2x2 outputs (2x2x2 in 3D) from a 4x4 (4x4x4) input patch costs 16
+// (64) multiply-adds per pair of channels instead of 36 (216): 2.25x fewer in 2D, 3.375x in 3D.
+// Measured on a 2-core EPYC (Zen, AVX2), see cpu_conv_wino_worth for the layers it takes.
+//
+// How, for a batch of WL = 32 output tiles (any samples, tile order (sample, z, y, x)):
+//   V[e][c][j] = (B^T d B)[e] of tile j's input patch of channel c   (input transform, e < E = 16 or 64)
+//   M[e][f][j] = sum over c of U[e][f][c] * V[e][c][j]               (E GEMMs: cpu_conv_fast.c's tile kernel)
+//   y[f] of tile j = (A^T M A) + bias, then the activation            (output transform)
+// with U[e][f][c] = (G w[f][c] G^T)[e], transformed once per call. The input is first copied with
+// its zero border (xpad) so that every patch is read without bounds checks.
+//
+// The same bits on every CPU and at every thread count: the transforms are additions,
+// subtractions and halvings, element by element (no fused multiply-add: the build is ISO C, whose
+// default is -ffp-contract=off), and the GEMM is the tile kernel whose AVX2 and AVX-512 versions
+// give the same bits (cpu_conv_fast.c). Every output depends on its own tile only, so neither the
+// batches nor the threads change it. The result is not the direct convolution's bit for bit: F(2,3)
+// rounds differently (within 1.4e-7 of sum |w x| + |b| in tests/unit/test_conv.c's cases, about one float ulp).
+#include <omp.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "galley/check.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define WG_BUILT 1
+#define WG_TARGET __attribute__((target("avx2")))  // element-wise adds: the same bits as scalar code
+#else
+#define WG_BUILT 0
+#endif
+
+#define WL 32  // tiles per batch: the lanes of every transform, the columns of the tile kernel (its NR)
+
+// One stride-1 convolution pass as the transforms see it: x (c channels, in) -> y (f, out).
+typedef struct {
+    int64_t c, f;                 // channels read (the GEMM's reduction), channels written
+    int64_t in[3], out[3], p[3];  // maps {D, H, W} and the padding before them
+    bool on[3];                   // axis transformed (kernel 3) or passed through (kernel 1)
+    int64_t pa[3], ta[3], nt[3];  // per axis: patch (4 or 1), outputs per tile (2 or 1), tiles
+    int64_t pd[3];                // the padded input's dims: room for every tile's patch
+    int64_t qd[3];                // the padded output's dims (weight gradient: dy to whole tiles)
+    int64_t E, tiles, out_pos, pad_pos, q_pos;  // patch elements, tiles per sample, positions
+} wg_plan;
+
+// The plan of a pass with kernel k and padding p, or false where F(2,3) does not apply: every axis
+// must have kernel 3 (dilation 1, padding 0..2, out = in + 2p - 2) or kernel 1 (no padding, out =
+// in), and W kernel 3.
+static bool wg_make(int64_t c, int64_t f, const int64_t in[3], const int64_t out[3], const int64_t k[3],
+                    const int64_t d[3], const int64_t p[3], wg_plan *g) {
+    *g = (wg_plan){.c = c, .f = f, .E = 1, .tiles = 1, .out_pos = 1, .pad_pos = 1, .q_pos = 1};
+    for (int i = 0; i < 3; i++) {
+        g->in[i] = in[i], g->out[i] = out[i], g->p[i] = p[i];
+        if (k[i] == 3) {
+            if (d[i] != 1 || p[i] < 0 || p[i] > 2 || out[i] != in[i] + 2 * p[i] - 2 || out[i] < 1) return false;
+            g->on[i] = true, g->pa[i] = 4, g->ta[i] = 2, g->nt[i] = (out[i] + 1) / 2, g->pd[i] = 2 * g->nt[i] + 2;
+        } else {
+            if (k[i] != 1 || p[i] != 0 || out[i] != in[i]) return false;
+            g->pa[i] = g->ta[i] = 1, g->nt[i] = g->pd[i] = out[i];
+        }
+        g->qd[i] = g->nt[i] * g->ta[i];
+        g->E *= g->pa[i], g->tiles *= g->nt[i], g->out_pos *= out[i], g->pad_pos *= g->pd[i], g->q_pos *= g->qd[i];
+    }
+    return g->on[2] && c >= 1 && f >= 1;
+}
+
+#if WG_BUILT
+
+// ---- transforms ------------------------------------------------------------------------------------
+
+// U (the kernel of one pair of channels, [pa0][pa1][pa2]) = G g G^T along every transformed axis,
+// g its taps [k0][k1][k2]. G's rows: g0; (g0 + g1 + g2) / 2; (g0 - g1 + g2) / 2; g2.
+static void wg_kernel_transform(const wg_plan *g, const float *taps, float *u) {
+    float a[64], b[64];
+    int64_t dim[3];
+    for (int i = 0; i < 3; i++) dim[i] = g->on[i] ? 3 : 1;
+    memcpy(a, taps, sizeof(float) * (size_t)(dim[0] * dim[1] * dim[2]));
+    for (int ax = 2; ax >= 0; ax--) {
+        if (!g->on[ax]) continue;
+        int64_t outer = 1, inner = 1;  // lines along ax: outer x inner of them
+        for (int i = 0; i < ax; i++) outer *= dim[i];
+        for (int i = ax + 1; i < 3; i++) inner *= dim[i];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                const float g0 = a[(o * 3 + 0) * inner + i], g1 = a[(o * 3 + 1) * inner + i];
+                const float g2 = a[(o * 3 + 2) * inner + i];
+                b[(o * 4 + 0) * inner + i] = g0;
+                b[(o * 4 + 1) * inner + i] = ((g0 + g1) + g2) * 0.5f;
+                b[(o * 4 + 2) * inner + i] = ((g0 - g1) + g2) * 0.5f;
+                b[(o * 4 + 3) * inner + i] = g2;
+            }
+        dim[ax] = 4;
+        memcpy(a, b, sizeof(float) * (size_t)(dim[0] * dim[1] * dim[2]));
+    }
+    memcpy(u, a, sizeof(float) * (size_t)g->E);
+}
+
+// upack [e][m][c][r] = U[e] of output channel m*mr + r and input channel c (0 past f): each e's
+// weights in the tile kernel's packed layout. flip: w is the forward weight of the convolution
+// whose input gradient this pass is, (c_fwd = g->f, f_fwd = g->c, taps), read flipped.
+static void wg_pack(const wg_plan *g, int64_t mr, bool flip, const float *w, float *upack) {
+    const int64_t mp = (g->f + mr - 1) / mr;
+    int64_t nk = 1;  // taps
+    for (int i = 0; i < 3; i++) nk *= g->on[i] ? 3 : 1;
+    // By blocks of mr output channels: each (e, c) row of a block's mr values is written whole (a
+    // layer of 256 x 128 3x3x3 filters took 4% of CosmoFlow's step channel by channel).
+#pragma omp parallel for schedule(static) if (mp * mr * g->c * g->E >= 65536)
+    for (int64_t mb = 0; mb < mp; mb++)
+        for (int64_t c = 0; c < g->c; c++) {
+            float t[27], u[64], rows[64 * 8];  // rows [e][r], r < mr <= 8
+            for (int64_t r = 0; r < mr; r++) {
+                const int64_t o = mb * mr + r;
+                if (o < g->f) {
+                    const float *src = flip ? w + (c * g->f + o) * nk : w + (o * g->c + c) * nk;
+                    for (int64_t i = 0; i < nk; i++) t[i] = flip ? src[nk - 1 - i] : src[i];
+                    wg_kernel_transform(g, t, u);
+                } else {
+                    memset(u, 0, sizeof u);
+                }
+                for (int64_t e = 0; e < g->E; e++) rows[e * mr + r] = u[e];
+            }
+            for (int64_t e = 0; e < g->E; e++)
+                memcpy(upack + ((e * mp + mb) * g->c + c) * mr, rows + e * mr, sizeof(float) * (size_t)mr);
+        }
+}
+
+// xpad (ns, c, pd) = x (ns, c, in) placed at offset p on transformed axes, zeros around it.
+static void wg_pad(const wg_plan *g, int64_t ns, const float *x, float *xpad) {
+    const int64_t in_pos = g->in[0] * g->in[1] * g->in[2];
+    const int64_t p0 = g->on[0] ? g->p[0] : 0, p1 = g->on[1] ? g->p[1] : 0, p2 = g->p[2];
+#pragma omp parallel for schedule(static) if (ns * g->c * g->pad_pos >= 65536)
+    for (int64_t sc = 0; sc < ns * g->c; sc++) {
+        const float *src = x + sc * in_pos;
+        float *dst = xpad + sc * g->pad_pos;
+        for (int64_t z = 0; z < g->pd[0]; z++)
+            for (int64_t yy = 0; yy < g->pd[1]; yy++) {
+                float *row = dst + (z * g->pd[1] + yy) * g->pd[2];
+                const int64_t iz = z - p0, iy = yy - p1;
+                if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= g->in[1]) {
+                    memset(row, 0, sizeof(float) * (size_t)g->pd[2]);
+                    continue;
+                }
+                const int64_t tail = g->pd[2] - p2 - g->in[2];
+                memset(row, 0, sizeof(float) * (size_t)p2);
+                memcpy(row + p2, src + (iz * g->in[1] + iy) * g->in[2], sizeof(float) * (size_t)g->in[2]);
+                memset(row + p2 + g->in[2], 0, sizeof(float) * (size_t)tail);
+            }
+    }
+}
+
+// Tile t of a sample: its index along each axis.
+static void wg_tile_index(const wg_plan *g, int64_t t, int64_t ti[3]) {
+    ti[2] = t % g->nt[2], ti[1] = t / g->nt[2] % g->nt[1], ti[0] = t / (g->nt[2] * g->nt[1]);
+}
+
+// B^T along one axis of d ([rows][WL], lines of 4 rows st apart, in place): d0 - d2, d1 + d2,
+// d2 - d1, d1 - d3.
+WG_TARGET static void wg_bt_axis(float *d, int64_t rows, int64_t st) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (r / st % 4) continue;  // not the first row of a line
+        float *r0 = d + r * WL, *r1 = r0 + st * WL, *r2 = r1 + st * WL, *r3 = r2 + st * WL;
+        for (int j = 0; j < WL; j += 8) {
+            const __m256 a = _mm256_loadu_ps(r0 + j), b = _mm256_loadu_ps(r1 + j);
+            const __m256 c = _mm256_loadu_ps(r2 + j), e = _mm256_loadu_ps(r3 + j);
+            _mm256_storeu_ps(r0 + j, _mm256_sub_ps(a, c));
+            _mm256_storeu_ps(r1 + j, _mm256_add_ps(b, c));
+            _mm256_storeu_ps(r2 + j, _mm256_sub_ps(c, b));
+            _mm256_storeu_ps(r3 + j, _mm256_sub_ps(b, e));
+        }
+    }
+}
+
+// V [e][c][WL] for the lanes' patches (base: each lane's offset in xpad's channel 0): per channel,
+// the patches go through d [E][WL] (4 lanes at a time: 4 floats of a row each, transposed), B^T
+// along every transformed axis, then into V.
+WG_TARGET static void wg_input(const wg_plan *g, const float *xpad, const int64_t *base, float *d, float *v) {
+    // (v [e][c][WL]: the GEMM's panels, rows WL apart)
+    const int64_t st1 = 4, st0 = 4 * g->pa[1];  // rows between neighbours along H and D in d
+    for (int64_t c = 0; c < g->c; c++) {
+        const float *src = xpad + c * g->pad_pos;
+        for (int64_t a0 = 0; a0 < g->pa[0]; a0++)
+            for (int64_t a1 = 0; a1 < g->pa[1]; a1++) {
+                const int64_t off = (a0 * g->pd[1] + a1) * g->pd[2];
+                float *dr = d + (a0 * st0 + a1 * st1) * WL;
+                for (int j = 0; j < WL; j += 4) {
+                    __m128 r0 = _mm_loadu_ps(src + base[j] + off), r1 = _mm_loadu_ps(src + base[j + 1] + off);
+                    __m128 r2 = _mm_loadu_ps(src + base[j + 2] + off), r3 = _mm_loadu_ps(src + base[j + 3] + off);
+                    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                    _mm_storeu_ps(dr + j, r0), _mm_storeu_ps(dr + WL + j, r1);
+                    _mm_storeu_ps(dr + 2 * WL + j, r2), _mm_storeu_ps(dr + 3 * WL + j, r3);
+                }
+            }
+        wg_bt_axis(d, g->E, 1);
+        if (g->on[1]) wg_bt_axis(d, g->E, st1);
+        if (g->on[0]) wg_bt_axis(d, g->E, st0);
+        for (int64_t e = 0; e < g->E; e++) memcpy(v + (e * g->c + c) * WL, d + e * WL, sizeof(float) * WL);
+    }
+}
+
+// A^T along the middle axis of src [na][4][nb] (rows lds floats apart) into dst [na][2][nb] (rows
+// WL apart): o0 = (m0 + m1) + m2, o1 = (m1 - m2) - m3.
+WG_TARGET static void wg_at_axis(const float *src, int64_t lds, float *dst, int64_t na, int64_t nb) {
+    for (int64_t a = 0; a < na; a++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *m0 = src + ((a * 4 + 0) * nb + b) * lds, *m1 = m0 + nb * lds, *m2 = m1 + nb * lds;
+            const float *m3 = m2 + nb * lds;
+            float *o0 = dst + ((a * 2 + 0) * nb + b) * WL, *o1 = o0 + nb * WL;
+            for (int j = 0; j < WL; j += 8) {
+                const __m256 x0 = _mm256_loadu_ps(m0 + j), x1 = _mm256_loadu_ps(m1 + j);
+                const __m256 x2 = _mm256_loadu_ps(m2 + j), x3 = _mm256_loadu_ps(m3 + j);
+                _mm256_storeu_ps(o0 + j, _mm256_add_ps(_mm256_add_ps(x0, x1), x2));
+                _mm256_storeu_ps(o1 + j, _mm256_sub_ps(_mm256_sub_ps(x1, x2), x3));
+            }
+        }
+}
+
+// The outputs of channel f for the batch's lanes, from M [e][f][WL]: A^T along W, then H and D
+// where transformed, through d (E rows of room); returns them, [ta0][ta1][2][WL].
+static const float *wg_output_tile(const wg_plan *g, const float *m, int64_t f, float *d) {
+    float *t1 = d, *t2 = d + g->E / 2 * WL;
+    wg_at_axis(m + f * WL, g->f * WL, t1, g->pa[0] * g->pa[1], 1);  // [pa0][pa1][2]: E/2 rows
+    float *cur = t1;
+    if (g->on[1]) {
+        wg_at_axis(t1, WL, t2, g->pa[0], 2);  // [pa0][2][2]: E/4 rows
+        cur = t2;
+    }
+    if (g->on[0]) {
+        float *next = cur == t1 ? t2 : t1;
+        wg_at_axis(cur, WL, next, 1, 2 * g->ta[1]);  // [2][ta1][2]
+        cur = next;
+    }
+    return cur;
+}
+
+static inline float wg_act(cpu_store_act act, float v) {
+    if (!act.on) return v;
+    if (act.act == ACT_RELU) return v > 0.0f ? v : 0.0f;  // as cpu_act_forward
+    return v > 0.0f ? v : act.slope * v;
+}
+
+// ---- driver ------------------------------------------------------------------------------------
+
+// A batch's lanes: where each reads its patch (in xpad, channel 0) and writes its outputs (in y,
+// channel 0), and whether it is a tile at all (the last batch's spare lanes repeat its first).
+typedef struct {
+    int64_t base[WL], ybase[WL], dbase[WL], oi[WL][3];  // dbase: in the padded dy (weight gradient)
+    bool live[WL];
+} wg_lanes;
+
+static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t count, wg_lanes *l) {
+    for (int j = 0; j < WL; j++) {
+        const int64_t t = T0 + j < count ? T0 + j : T0, s = t / g->tiles;
+        int64_t ti[3], o[3];
+        wg_tile_index(g, t % g->tiles, ti);
+        for (int i = 0; i < 3; i++) o[i] = g->on[i] ? 2 * ti[i] : ti[i], l->oi[j][i] = o[i];
+        l->base[j] = s * g->c * g->pad_pos + (o[0] * g->pd[1] + o[1]) * g->pd[2] + o[2];
+        l->ybase[j] = (s0 + s) * g->f * g->out_pos + (o[0] * g->out[1] + o[1]) * g->out[2] + o[2];
+        l->dbase[j] = s * g->f * g->q_pos + (o[0] * g->qd[1] + o[1]) * g->qd[2] + o[2];
+        l->live[j] = T0 + j < count;
+    }
+}
+
+// y (channel f) of the lanes' tiles = o (+ bias, activation), or y += o when acc; outputs past the
+// map's edge (an odd size's last tile) are dropped.
+static void wg_store(const wg_plan *g, const wg_lanes *l, const float *o, int64_t f, const float *bias, bool acc,
+                     cpu_store_act act, float *y) {
+    const float b = bias ? bias[f] : 0.0f;
+    for (int j = 0; j < WL; j++) {
+        if (!l->live[j]) continue;
+        float *yj = y + l->ybase[j] + f * g->out_pos;
+        for (int64_t i0 = 0; i0 < g->ta[0]; i0++) {
+            if (l->oi[j][0] + i0 >= g->out[0]) break;
+            for (int64_t i1 = 0; i1 < g->ta[1]; i1++) {
+                if (l->oi[j][1] + i1 >= g->out[1]) break;
+                float *row = yj + (i0 * g->out[1] + i1) * g->out[2];
+                const float *src = o + ((i0 * g->ta[1] + i1) * 2) * WL + j;
+                const int w2 = l->oi[j][2] + 1 < g->out[2] ? 2 : 1;
+                for (int i2 = 0; i2 < w2; i2++) {
+                    const float v = src[i2 * WL];
+                    row[i2] = acc ? row[i2] + v : wg_act(act, bias ? v + b : v);
+                }
+            }
+        }
+    }
+}
+
+// Floats of scratch: the packed U, then per thread V, M, d and the output rows.
+static int64_t wg_pack_floats(const wg_plan *g, int64_t mr) { return g->E * ((g->f + mr - 1) / mr * mr) * g->c; }
+static int64_t wg_thread_floats(const wg_plan *g) { return g->E * (g->c + g->f + 1) * WL; }
+
+// y = conv(x) + bias (act), or y += conv(x) when acc, over n samples in chunks whose padded input
+// fits scratch after U and the threads' buffers. false (nothing done): too little scratch.
+static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const float *w, const float *bias, bool acc,
+                   float *y, float *scratch, int64_t scratch_floats, cpu_store_act act) {
+    int mr = 0;
+    const cpu_conv_tile_fn tile = cpu_conv_fast_tile(&mr);
+    if (!tile) return false;
+    const int64_t pack = wg_pack_floats(g, mr), per = wg_thread_floats(g);
+    int64_t threads = omp_get_max_threads();
+    int64_t left = scratch_floats - pack - threads * per;
+    if (left < g->c * g->pad_pos) {  // fewer threads, then give up
+        threads = (scratch_floats - pack - g->c * g->pad_pos) / per;
+        if (threads < 1) return false;
+        left = scratch_floats - pack - threads * per;
+    }
+    int64_t cs = left / (g->c * g->pad_pos);
+    cs = cs < n ? cs : n;
+    float *upack = scratch, *bufs = scratch + pack, *xpad = bufs + threads * per;
+    wg_pack(g, mr, flip, w, upack);
+    const int64_t mp = (g->f + mr - 1) / mr;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        const int64_t ns = n - s0 < cs ? n - s0 : cs, count = ns * g->tiles, batches = (count + WL - 1) / WL;
+        wg_pad(g, ns, x + s0 * g->c * g->in[0] * g->in[1] * g->in[2], xpad);
+        const int nth = (int)(threads < batches ? threads : batches);
+#pragma omp parallel num_threads(nth)
+        {
+            float *v = bufs + omp_get_thread_num() * per, *m = v + g->E * g->c * WL, *d = m + g->E * g->f * WL;
+            wg_lanes lanes;
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t bt = 0; bt < batches; bt++) {
+                wg_lanes_make(g, s0, bt * WL, count, &lanes);
+                wg_input(g, xpad, lanes.base, d, v);
+                for (int64_t e = 0; e < g->E; e++)
+                    for (int64_t mb = 0; mb < mp; mb++) {
+                        const int rows = (int)(g->f - mb * mr < mr ? g->f - mb * mr : mr);
+                        tile(g->c, upack + (e * mp + mb) * g->c * mr, v + e * g->c * WL, m + (e * g->f + mb * mr) * WL,
+                             WL, rows, WL, NULL, false, (cpu_store_act){0});
+                    }
+                for (int64_t f = 0; f < g->f; f++)
+                    wg_store(g, &lanes, wg_output_tile(g, m, f, d), f, bias, acc, act, y);
+            }
+        }
+    }
+    return true;
+}
+
+// ---- weight gradient ---------------------------------------------------------------------------
+//
+// Forward, per tile: M[e][f] = sum over c of U[e][f][c] V[e][c], y = A^T M A, U = G w G^T. So
+// dL/dU[e][f][c] = sum over tiles of (A dy A^T)[e][f] * V[e][c], and dL/dw = G^T (dL/dU) G:
+//   Y[e][f][t] = (A dy_t A^T)[e], A's rows: (dy0), (dy0 + dy1), (dy0 - dy1), (-dy1)
+//   dU[e][f][c] = sum over t, in order, of Y[e][f][t] * V[e][c][t]   (E GEMMs: the dW tile kernel)
+//   dw[f][c] = G^T dU[.][f][c] G, G^T's rows: u0 + (u1 + u2) / 2, (u1 - u2) / 2, (u1 + u2) / 2 + u3
+// 3.375x (2.25x in 2D) fewer multiply-adds than the direct dW. Tiles go in chunks of WG_TC: the
+// chunk's Y [e][f][tile] and V transposed [e][tile][c] are built batch by batch (threads over
+// batches), then each (e, row block of f) sums the chunk's tiles onto its block of dU (threads over
+// those). Every element of dU is one chain of fused multiply-adds over all tiles in order, through
+// memory between chunks (as in the registers): the same bits at any thread count and chunking.
+#define WG_TC 256  // tiles per chunk (the dW tile kernel takes at most 256 positions a call)
+
+// dyp (ns, f, qd) = dy (ns, f, out), zeros past the map's end (to whole tiles).
+static void wg_pad_dy(const wg_plan *g, int64_t ns, const float *dy, float *dyp) {
+#pragma omp parallel for schedule(static) if (ns * g->f * g->q_pos >= 65536)
+    for (int64_t sf = 0; sf < ns * g->f; sf++) {
+        const float *src = dy + sf * g->out_pos;
+        float *dst = dyp + sf * g->q_pos;
+        for (int64_t z = 0; z < g->qd[0]; z++)
+            for (int64_t yy = 0; yy < g->qd[1]; yy++) {
+                float *row = dst + (z * g->qd[1] + yy) * g->qd[2];
+                if (z >= g->out[0] || yy >= g->out[1]) {
+                    memset(row, 0, sizeof(float) * (size_t)g->qd[2]);
+                    continue;
+                }
+                memcpy(row, src + (z * g->out[1] + yy) * g->out[2], sizeof(float) * (size_t)g->out[2]);
+                memset(row + g->out[2], 0, sizeof(float) * (size_t)(g->qd[2] - g->out[2]));
+            }
+    }
+}
+
+// A along the middle axis of src [na][2][nb] (rows WL apart) into dst [na][4][nb] (rows ldd
+// floats apart): m0 = d0, m1 = d0 + d1, m2 = d0 - d1, m3 = 0 - d1.
+WG_TARGET static void wg_a_axis(const float *src, float *dst, int64_t ldd, int64_t na, int64_t nb) {
+    const __m256 z = _mm256_setzero_ps();
+    for (int64_t a = 0; a < na; a++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *d0 = src + ((a * 2 + 0) * nb + b) * WL, *d1 = d0 + nb * WL;
+            float *m0 = dst + ((a * 4 + 0) * nb + b) * ldd, *m1 = m0 + nb * ldd, *m2 = m1 + nb * ldd;
+            float *m3 = m2 + nb * ldd;
+            for (int j = 0; j < WL; j += 8) {
+                const __m256 x0 = _mm256_loadu_ps(d0 + j), x1 = _mm256_loadu_ps(d1 + j);
+                _mm256_storeu_ps(m0 + j, x0);
+                _mm256_storeu_ps(m1 + j, _mm256_add_ps(x0, x1));
+                _mm256_storeu_ps(m2 + j, _mm256_sub_ps(x0, x1));
+                _mm256_storeu_ps(m3 + j, _mm256_sub_ps(z, x1));
+            }
+        }
+}
+
+// Two floats (no further: the last of dy's padded rows may end scratch) in the low half.
+WG_TARGET static inline __m128 wg_load2(const float *p) {
+    double v;
+    memcpy(&v, p, sizeof v);
+    return _mm_castpd_ps(_mm_set_sd(v));
+}
+
+// Y[e][f][lane] (rows ldy floats apart, f's rows F * ldy apart) for the lanes' dy tiles, through
+// d (2E rows): the 2 (x 2 x 2) outputs of each lane (4 lanes at a time), then A along W, H, D.
+WG_TARGET static void wg_dy_input(const wg_plan *g, const float *dyp, const int64_t *dbase, float *d, float *y,
+                                  int64_t ldy) {
+    const int64_t n01 = g->ta[0] * g->ta[1];
+    float *t1 = d, *t2 = d + g->E * WL;
+    for (int64_t f = 0; f < g->f; f++) {
+        const float *src = dyp + f * g->q_pos;
+        for (int64_t i0 = 0; i0 < g->ta[0]; i0++)
+            for (int64_t i1 = 0; i1 < g->ta[1]; i1++) {
+                const int64_t off = (i0 * g->qd[1] + i1) * g->qd[2];
+                float *r = t1 + ((i0 * g->ta[1] + i1) * 2) * WL;
+                for (int j = 0; j < WL; j += 4) {
+                    const __m128 a = wg_load2(src + dbase[j] + off), b = wg_load2(src + dbase[j + 1] + off);
+                    const __m128 c = wg_load2(src + dbase[j + 2] + off), e = wg_load2(src + dbase[j + 3] + off);
+                    const __m128 ab = _mm_movelh_ps(a, b), ce = _mm_movelh_ps(c, e);  // a0 a1 b0 b1, c0 c1 e0 e1
+                    _mm_storeu_ps(r + j, _mm_shuffle_ps(ab, ce, _MM_SHUFFLE(2, 0, 2, 0)));
+                    _mm_storeu_ps(r + WL + j, _mm_shuffle_ps(ab, ce, _MM_SHUFFLE(3, 1, 3, 1)));
+                }
+            }
+        // the passes, the last one writing Y's rows of f
+        const bool h = g->on[1], dz = g->on[0];
+        float *out = y + f * ldy;
+        const int64_t ldo = g->f * ldy;
+        wg_a_axis(t1, h || dz ? t2 : out, h || dz ? WL : ldo, n01, 1);  // [ta0][ta1][4]
+        float *cur = t2;
+        if (h) {
+            wg_a_axis(t2, dz ? t1 : out, dz ? WL : ldo, g->ta[0], 4);  // [ta0][4][4]
+            cur = t1;
+        }
+        if (dz) wg_a_axis(cur, out, ldo, 1, g->pa[1] * 4);  // [4][pa1][4]
+    }
+}
+
+// vt [e][lane][c] (rows ldt floats apart per lane, e's vt_e apart) = v [e][c][WL]: 8x8 blocks.
+WG_TARGET static void wg_transpose_v(const wg_plan *g, const float *v, float *vt, int64_t vt_e) {
+    const int64_t C = g->c;
+    for (int64_t e = 0; e < g->E; e++) {
+        const float *ve = v + e * C * WL;
+        float *te = vt + e * vt_e;
+        int64_t c0 = 0;
+        for (; c0 + 8 <= C; c0 += 8)
+            for (int j0 = 0; j0 < WL; j0 += 8) {
+                __m256 r0 = _mm256_loadu_ps(ve + (c0 + 0) * WL + j0), r1 = _mm256_loadu_ps(ve + (c0 + 1) * WL + j0);
+                __m256 r2 = _mm256_loadu_ps(ve + (c0 + 2) * WL + j0), r3 = _mm256_loadu_ps(ve + (c0 + 3) * WL + j0);
+                __m256 r4 = _mm256_loadu_ps(ve + (c0 + 4) * WL + j0), r5 = _mm256_loadu_ps(ve + (c0 + 5) * WL + j0);
+                __m256 r6 = _mm256_loadu_ps(ve + (c0 + 6) * WL + j0), r7 = _mm256_loadu_ps(ve + (c0 + 7) * WL + j0);
+                __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+                __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+                __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+                __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+                __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+                __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+                __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+                __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+                float *o = te + j0 * C + c0;
+                _mm256_storeu_ps(o + 0 * C, _mm256_permute2f128_ps(s0, s4, 0x20));
+                _mm256_storeu_ps(o + 1 * C, _mm256_permute2f128_ps(s1, s5, 0x20));
+                _mm256_storeu_ps(o + 2 * C, _mm256_permute2f128_ps(s2, s6, 0x20));
+                _mm256_storeu_ps(o + 3 * C, _mm256_permute2f128_ps(s3, s7, 0x20));
+                _mm256_storeu_ps(o + 4 * C, _mm256_permute2f128_ps(s0, s4, 0x31));
+                _mm256_storeu_ps(o + 5 * C, _mm256_permute2f128_ps(s1, s5, 0x31));
+                _mm256_storeu_ps(o + 6 * C, _mm256_permute2f128_ps(s2, s6, 0x31));
+                _mm256_storeu_ps(o + 7 * C, _mm256_permute2f128_ps(s3, s7, 0x31));
+            }
+        for (; c0 < C; c0++)
+            for (int j = 0; j < WL; j++) te[j * C + c0] = ve[c0 * WL + j];
+    }
+}
+
+// The taps' gradient of one pair of channels ([k0][k1][k2]) = G^T u G along every transformed
+// axis, u [pa0][pa1][pa2] (overwritten).
+static void wg_kernel_grad(const wg_plan *g, float *u, float *taps) {
+    float b[64];
+    int64_t dim[3];
+    for (int i = 0; i < 3; i++) dim[i] = g->pa[i];
+    for (int ax = 2; ax >= 0; ax--) {
+        if (!g->on[ax]) continue;
+        int64_t outer = 1, inner = 1;
+        for (int i = 0; i < ax; i++) outer *= dim[i];
+        for (int i = ax + 1; i < 3; i++) inner *= dim[i];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t i = 0; i < inner; i++) {
+                const float u0 = u[(o * 4 + 0) * inner + i], u1 = u[(o * 4 + 1) * inner + i];
+                const float u2 = u[(o * 4 + 2) * inner + i], u3 = u[(o * 4 + 3) * inner + i];
+                b[(o * 3 + 0) * inner + i] = u0 + (u1 + u2) * 0.5f;
+                b[(o * 3 + 1) * inner + i] = (u1 - u2) * 0.5f;
+                b[(o * 3 + 2) * inner + i] = (u1 + u2) * 0.5f + u3;
+            }
+        dim[ax] = 3;
+        memcpy(u, b, sizeof(float) * (size_t)(dim[0] * dim[1] * dim[2]));
+    }
+    memcpy(taps, u, sizeof(float) * (size_t)(dim[0] * dim[1] * dim[2]));
+}
+
+// Floats of scratch of the weight gradient: dU, the chunk's Y and V^T (each with mr spare rows,
+// which the tile kernel reads), and per thread v and d.
+static int64_t wg_dw_fixed(const wg_plan *g, int64_t mr) {
+    return (g->E * g->f + mr) * g->c + (g->E * g->f + mr) * WG_TC + g->E * WG_TC * g->c + mr * g->c;
+}
+static int64_t wg_dw_thread(const wg_plan *g) { return (g->E * g->c + 2 * g->E) * WL; }
+static int64_t wg_dw_sample(const wg_plan *g) { return g->c * g->pad_pos + g->f * g->q_pos; }
+
+static bool wg_run_dw(const wg_plan *g, int64_t n, const float *x, const float *dy, float *dw, float *scratch,
+                      int64_t scratch_floats) {
+    int mr = 0;
+    const cpu_conv_dw_tile_fn dw_tile = cpu_conv_fast_dw_tile(&mr);
+    if (!dw_tile) return false;
+    const int64_t fixed = wg_dw_fixed(g, mr), per = wg_dw_thread(g), sample = wg_dw_sample(g);
+    int64_t threads = omp_get_max_threads(), left = scratch_floats - fixed - threads * per;
+    if (left < sample) {  // fewer threads, then give up (the same test at any thread count)
+        threads = (scratch_floats - fixed - sample) / per;
+        if (threads < 1) return false;
+        left = scratch_floats - fixed - threads * per;
+    }
+    int64_t cs = left / sample;
+    cs = cs < n ? cs : n;
+    const int64_t F = g->f, C = g->c, E = g->E, fb = (F + mr - 1) / mr;
+    float *du = scratch, *yc = du + (E * F + mr) * C, *vt = yc + (E * F + mr) * WG_TC;
+    float *bufs = vt + E * WG_TC * C + mr * C;
+    float *xpad = bufs + threads * per, *dyp = xpad + cs * C * g->pad_pos;
+    memset(yc + E * F * WG_TC, 0, sizeof(float) * (size_t)(mr * WG_TC));  // spare rows: read, unused
+    bool first = true;
+    for (int64_t s0 = 0; s0 < n; s0 += cs) {
+        const int64_t ns = n - s0 < cs ? n - s0 : cs, count = ns * g->tiles;
+        wg_pad(g, ns, x + s0 * C * g->in[0] * g->in[1] * g->in[2], xpad);
+        wg_pad_dy(g, ns, dy + s0 * F * g->out_pos, dyp);
+        for (int64_t T0 = 0; T0 < count; T0 += WG_TC) {
+            const int64_t cnt = count - T0 < WG_TC ? count - T0 : WG_TC, batches = (cnt + WL - 1) / WL;
+            const bool init = first;
+            const int nth = (int)(threads < batches ? threads : batches);
+#pragma omp parallel num_threads(nth)
+            {
+                float *v = bufs + omp_get_thread_num() * per, *d = v + E * C * WL;
+                wg_lanes lanes;
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t bt = 0; bt < batches; bt++) {
+                    wg_lanes_make(g, s0, T0 + bt * WL, count, &lanes);
+                    wg_input(g, xpad, lanes.base, d, v);
+                    wg_transpose_v(g, v, vt + bt * WL * C, WG_TC * C);
+                    wg_dy_input(g, dyp, lanes.dbase, d, yc + bt * WL, WG_TC);
+                }
+            }
+            // spare lanes of the last batch: their Y is that of a real tile, so drop them (cnt)
+            const int64_t tasks = E * fb;
+            const int nt2 = (int)(threads < tasks ? threads : tasks);
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nt2)
+            for (int64_t task = 0; task < tasks; task++) {
+                const int64_t e = task / fb, b = task % fb, rows = F - b * mr < mr ? F - b * mr : mr;
+                for (int64_t c0 = 0; c0 < C; c0 += 32) {
+                    const int cols = (int)(C - c0 < 32 ? C - c0 : 32);
+                    dw_tile(cnt, yc + (e * F + b * mr) * WG_TC, WG_TC, vt + e * WG_TC * C + c0, C,
+                            du + (e * F + b * mr) * C + c0, C, (int)rows, cols, init);
+                }
+            }
+            first = false;
+        }
+    }
+    int64_t nk = 1;
+    for (int i = 0; i < 3; i++) nk *= g->on[i] ? 3 : 1;
+#pragma omp parallel for schedule(static) if (F * C * E >= 65536)
+    for (int64_t f = 0; f < F; f++)
+        for (int64_t c = 0; c < C; c++) {
+            float u[64];
+            for (int64_t e = 0; e < E; e++) u[e] = du[(e * F + f) * C + c];
+            wg_kernel_grad(g, u, dw + (f * C + c) * nk);
+        }
+    return true;
+}
+
+#endif  // WG_BUILT
+
+// GALLEY_CONV_ALGO: unset, empty or auto (cpu_conv_wino_worth decides), direct (never F(2,3): the
+// implicit GEMM's bits), winograd (wherever it applies, worth it or not: for tests).
+enum { ALGO_AUTO, ALGO_DIRECT, ALGO_WINOGRAD };
+
+static int wg_algo(void) {
+    const char *v = getenv("GALLEY_CONV_ALGO");
+    if (!v || !*v || !strcmp(v, "auto")) return ALGO_AUTO;
+    if (!strcmp(v, "direct")) return ALGO_DIRECT;
+    if (!strcmp(v, "winograd")) return ALGO_WINOGRAD;
+    gl_die(GL_EXIT_USAGE, "unset it to let galley choose",
+           "GALLEY_CONV_ALGO=%s: the values are auto, direct and winograd", v);
+}
+
+// Whether F(2,3) is worth it for a pass reading c channels into f on n samples of `tiles` tiles.
+// Measured on a 2-core EPYC (Zen 3, AVX2; a noisy machine: each pass timed 12 times alternating
+// the two, the best of each), at 2 threads, Winograd's speed-up over the implicit GEMM as forward /
+// input gradient / weight gradient:
+//   2D 32 -> 64 on 16x16, batch 64 (the small CNN's second layer)   1.15 / 1.17 / 1.31
+//   2D 64 -> 64 on 16x16, batch 64                                  1.40 / 1.32 / 1.58
+//   2D 32 -> 32 on 16x16, batch 64                                  1.03 / 1.05 / 1.00
+//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow at 32^3, 2nd layer)      1.85 / 1.86 / 1.69
+//   3D 64 -> 128 on 8^3, batch 8                                    2.17 / 2.16 / 1.63
+//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)                1.12 / 1.19 / 1.21
+//   3D 16 -> 16 on 20^3, batch 8                                    1.51 / 1.51 / 1.21
+//   3D 256 -> 512 on 2^3, batch 8 (1 tile a sample)                 0.38 / 0.47 / 1.03
+//   3D 4 -> 32 on 32^3, batch 8 (a first layer)                     0.69 / 1.21 / 0.31
+//   3D 1 -> 16 on 40^3, batch 8                                     0.56 / 0.86 / 0.16
+// Few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the output), and maps
+// of fewer than 8 tiles a sample spend their lanes and the kernel transform on padding.
+bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles, int transformed_axes) {
+    (void)transformed_axes;
+    return c >= 16 && f >= 16 && tiles >= 8 && n * tiles >= 2 * WL;
+}
+
+// Both return false, having done nothing, where F(2,3) does not apply or is not worth it (the
+// caller then runs cpu_conv_fast.c): see cpu_kernels.h.
+bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                           const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                           const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
+                           cpu_store_act act) {
+#if WG_BUILT
+    wg_plan g;
+    const int algo = wg_algo();
+    if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    return wg_run(&g, n, false, x, w, b, false, y, scratch, scratch_floats, act);
+#else
+    (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)w, (void)b, (void)y;
+    (void)scratch, (void)scratch_floats, (void)act;
+    return false;
+#endif
+}
+
+bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
+                               const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
+#if WG_BUILT
+    wg_plan g;
+    const int algo = wg_algo();
+    if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    return wg_run_dw(&g, n, x, dy, dw, scratch, scratch_floats);
+#else
+    (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)dy, (void)dw;
+    (void)scratch, (void)scratch_floats;
+    return false;
+#endif
+}
+
+int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                                         const int64_t k[3], const int64_t p[3]) {
+#if WG_BUILT
+    wg_plan g;
+    int mr = 0;
+    const int64_t d1[3] = {1, 1, 1};
+    if (!wg_make(c, f, in, out, k, d1, p, &g) || !cpu_conv_fast_dw_tile(&mr)) return 0;
+    return wg_dw_fixed(&g, mr) + wg_dw_thread(&g) + wg_dw_sample(&g);
+#else
+    (void)c, (void)f, (void)in, (void)out, (void)k, (void)p;
+    return 0;
+#endif
+}
+
+bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
+#if WG_BUILT
+    int64_t pf[3];
+    for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
+    wg_plan g;  // dy (f channels, out) -> dx (c channels, in)
+    const int algo = wg_algo();
+    if (algo == ALGO_DIRECT || n < 1 || !wg_make(f, c, out, in, k, d, pf, &g)) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, f, c, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    if (!dy) {  // only whether it would: the scratch check of wg_run without the run
+        int mr = 0;
+        if (!cpu_conv_fast_tile(&mr)) return false;
+        return scratch_floats - wg_pack_floats(&g, mr) - wg_thread_floats(&g) >= g.c * g.pad_pos;
+    }
+    return wg_run(&g, n, true, dy, w, NULL, true, dx, scratch, scratch_floats, (cpu_store_act){0});
+#else
+    (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)w, (void)dy, (void)dx;
+    (void)scratch, (void)scratch_floats;
+    return false;
+#endif
+}
