@@ -938,6 +938,50 @@ typedef struct {
     int64_t c, f, in[3], k[3], p[3], n;
 } wino_case;
 
+// One case's buffers (x, w, b, dy: inputs; dx0: dx before the input gradient adds to it).
+typedef struct {
+    const wino_case *wc;
+    cpu_store_act act;
+    int64_t out[3], nx, ny, nw, ns;
+    float *x, *w, *b, *dy, *dx0, *y, *dx, *dw, *scratch;
+} wino_bufs;
+
+// The three passes at `threads` threads into y, dx (from dx0) and dw; the weight gradient at 2
+// threads in the least scratch it takes (the last sample's padded dy then ends scratch).
+static void wino_passes(const wino_bufs *r, int threads) {
+    const wino_case *wc = r->wc;
+    const int64_t n = wc->n, c = wc->c, f = wc->f, *out = r->out, d1[3] = {1, 1, 1};
+    backend_cpu()->set_threads(threads);
+    for (int64_t i = 0; i < r->ny; i++) r->y[i] = 1e30f;
+    for (int64_t i = 0; i < r->ns; i++) r->scratch[i] = __builtin_nanf("");
+    assert_true(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, r->ns,
+                                      r->act));
+    memcpy(r->dx, r->dx0, sizeof(float) * (size_t)r->nx);
+    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL, r->scratch, r->ns));
+    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, r->dy, r->dx, r->scratch, r->ns));
+    for (int64_t i = 0; i < r->ns; i++) r->scratch[i] = __builtin_nanf("");
+    for (int64_t i = 0; i < r->nw; i++) r->dw[i] = 1e30f;
+    const int64_t sdw = threads == 2 ? cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p) : r->ns;
+    assert_true(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->dy, r->dw,
+                                          r->scratch + r->ns - sdw, sdw));
+}
+
+// Too little scratch: each pass returns false and leaves its output untouched.
+static void wino_short_scratch(const wino_bufs *r) {
+    const wino_case *wc = r->wc;
+    const int64_t n = wc->n, c = wc->c, f = wc->f, *out = r->out, d1[3] = {1, 1, 1};
+    for (int64_t i = 0; i < r->ny; i++) r->y[i] = 7.0f;
+    assert_false(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, 64,
+                                       r->act));
+    assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL, r->scratch, 64));
+    const int64_t least = cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p);
+    for (int64_t i = 0; i < r->nw; i++) r->dw[i] = 7.0f;
+    assert_false(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->dy, r->dw, r->scratch,
+                                           least - 1));
+    for (int64_t i = 0; i < r->nw; i++) assert_true(r->dw[i] == 7.0f);
+    for (int64_t i = 0; i < r->ny; i++) assert_true(r->y[i] == 7.0f);
+}
+
 static void check_wino(const wino_case *wc, cpu_store_act act) {
     char at[200];
     int64_t out[3], pf[3], in_pos = 1, out_pos = 1, taps = 1;
@@ -971,22 +1015,11 @@ static void check_wino(const wino_case *wc, cpu_store_act act) {
     wino_model(n, f, c, out, wc->in, wc->k, pf, dy, w, NULL, dx0, 1, rdx, mdx);
     wino_model_dw(n, c, f, wc->in, out, wc->k, wc->p, x, dy, rdw, mdw);
     const int64_t d1[3] = {1, 1, 1};
+    const wino_bufs r = {wc, act, {out[0], out[1], out[2]}, nx, ny, nw, ns, x, w, b, dy, dx0, y, dx, dw, scratch};
     for (int threads = 1; threads <= 3; threads++) {
-        backend_cpu()->set_threads(threads);
         char at_t[240];
         snprintf(at_t, sizeof at_t, "%s, %d threads", at, threads);
-        for (int64_t i = 0; i < ny; i++) y[i] = 1e30f;
-        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
-        assert_true(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act));
-        memcpy(dx, dx0, sizeof(float) * (size_t)nx);
-        assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, NULL, NULL, scratch, ns));
-        assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, dy, dx, scratch, ns));
-        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
-        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
-        // all of scratch, or the least it takes (the last sample's padded dy then ends it)
-        const int64_t sdw = threads == 2 ? cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p) : ns;
-        assert_true(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, x, dy, dw,
-                                              scratch + ns - sdw, sdw));
+        wino_passes(&r, threads);
         if (threads == 1) {
             wino_expect_near(at_t, "y", y, ry, my, ny, act);
             wino_expect_near(at_t, "dx", dx, rdx, mdx, nx, (cpu_store_act){0});
@@ -1010,15 +1043,7 @@ static void check_wino(const wino_case *wc, cpu_store_act act) {
         assert_true(cpu_conv_fast_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act));
         assert_true(memcmp(y, y1, sizeof(float) * (size_t)ny) != 0);
     }
-    // too little scratch: false, and y untouched
-    for (int64_t i = 0; i < ny; i++) y[i] = 7.0f;
-    assert_false(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, 64, act));
-    assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, w, NULL, NULL, scratch, 64));
-    const int64_t least = cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p);
-    for (int64_t i = 0; i < nw; i++) dw[i] = 7.0f;
-    assert_false(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, x, dy, dw, scratch, least - 1));
-    for (int64_t i = 0; i < nw; i++) assert_true(dw[i] == 7.0f);
-    for (int64_t i = 0; i < ny; i++) assert_true(y[i] == 7.0f);
+    wino_short_scratch(&r);
     backend_cpu()->set_threads(2);
     for (int i = 0; i < 7; i++) munmap(gm[i].map, gm[i].len);
     free(y1), free(dx1), free(dx0), free(ry), free(my), free(rdx), free(mdx), free(rdw), free(mdw), free(dw), free(dw1);
@@ -1065,9 +1090,9 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     setenv("GALLEY_CONV_ALGO", "auto", 1);
     assert_true(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
     assert_false(cpu_conv_wino_input_grad(4, 32, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
-    assert_false(cpu_conv_wino_worth(64, 3, 32, 16, 2));
-    assert_false(cpu_conv_wino_worth(64, 256, 512, 1, 3));  // 2^3 maps: one tile a sample
-    assert_true(cpu_conv_wino_worth(8, 32, 64, 512, 3));
+    assert_false(cpu_conv_wino_worth(64, 3, 32, 16));
+    assert_false(cpu_conv_wino_worth(64, 256, 512, 1));  // 2^3 maps: one tile a sample
+    assert_true(cpu_conv_wino_worth(8, 32, 64, 512));
     unsetenv("GALLEY_CONV_ALGO");
 }
 

@@ -641,8 +641,7 @@ static int wg_algo(void) {
 //   3D 1 -> 16 on 40^3, batch 8                                     0.56 / 0.86 / 0.16
 // Few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the output), and maps
 // of fewer than 8 tiles a sample spend their lanes and the kernel transform on padding.
-bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles, int transformed_axes) {
-    (void)transformed_axes;
+bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles) {
     return c >= 16 && f >= 16 && tiles >= 8 && n * tiles >= 2 * WL;
 }
 
@@ -656,7 +655,7 @@ bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
     wg_plan g;
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles)) return false;
     return wg_run(&g, n, false, x, w, b, false, y, scratch, scratch_floats, act);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)w, (void)b, (void)y;
@@ -672,7 +671,7 @@ bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     wg_plan g;
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles)) return false;
     return wg_run_dw(&g, n, x, dy, dw, scratch, scratch_floats);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)dy, (void)dw;
@@ -704,7 +703,7 @@ bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
     wg_plan g;  // dy (f channels, out) -> dx (c channels, in)
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(f, c, out, in, k, d, pf, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, f, c, g.tiles, g.on[0] + g.on[1] + g.on[2])) return false;
+    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, f, c, g.tiles)) return false;
     if (!dy) {  // only whether it would: the scratch check of wg_run without the run
         int mr = 0;
         if (!cpu_conv_fast_tile(&mr)) return false;

@@ -88,7 +88,7 @@ cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr);
 // 1 along D and H; padding 0..2), forward and input gradient, the same arguments as the
 // cpu_conv_fast_* ones. false, having done nothing: it does not apply, GALLEY_CONV_ALGO=direct,
 // cpu_conv_wino_worth says no, or too little scratch (input_grad with dy NULL: only says).
-bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles, int transformed_axes);
+bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles);
 bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
