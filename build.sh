@@ -77,36 +77,98 @@ EOF
 
 # ---- helpers -------------------------------------------------------------------------------
 
+# missing_packages NAME...: sets MISSING to those of NAME... that dpkg does not list as installed.
+missing_packages() {
+    MISSING=()
+    local p
+    for p in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+            MISSING+=("$p")
+        fi
+    done
+}
+
+# debian_like: 0 on Debian/Ubuntu (dpkg and apt), where build.sh installs what is missing.
+debian_like() { [[ -f /etc/debian_version ]] && command -v dpkg-query >/dev/null 2>&1; }
+
+# need_root_for NAME...: exit 2 with the apt-get line to run, unless root.
+need_root_for() {
+    [[ $(id -u) -eq 0 ]] && return 0
+    echo "build.sh: missing packages: $*" >&2
+    echo "build.sh: install them with:" >&2
+    echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $*" >&2
+    exit 2
+}
+
+# apt_install NAME...: apt-get install (after one apt-get update per run of build.sh).
+APT_UPDATED=0
+apt_install() {
+    export DEBIAN_FRONTEND=noninteractive
+    local lock=(-o DPkg::Lock::Timeout=300)
+    if [[ $APT_UPDATED == 0 ]]; then
+        apt-get "${lock[@]}" update -q
+        APT_UPDATED=1
+    fi
+    apt-get "${lock[@]}" install -y -q --no-install-recommends "$@"
+}
+
 # ensure_packages: install what is missing from PACKAGES (root on Debian/Ubuntu), or say how.
 PACKAGES_OK=0
 ensure_packages() {
     [[ $PACKAGES_OK == 1 ]] && return 0
     PACKAGES_OK=1
-    if [[ ! -f /etc/debian_version ]] || ! command -v dpkg-query >/dev/null 2>&1; then
+    if ! debian_like; then
         say "not Debian/Ubuntu: not installing packages; the build needs the equivalents of: ${PACKAGES[*]}"
         return 0
     fi
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
-        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-            missing+=("$p")
-        fi
-    done
-    if [[ ${#missing[@]} -eq 0 ]]; then
+    missing_packages "${PACKAGES[@]}"
+    if [[ ${#MISSING[@]} -eq 0 ]]; then
         say "packages: all ${#PACKAGES[@]} present"
         return 0
     fi
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "build.sh: missing packages: ${missing[*]}" >&2
-        echo "build.sh: install them with:" >&2
-        echo "  sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends ${missing[*]}" >&2
-        exit 2
+    need_root_for "${MISSING[@]}"
+    say "installing missing packages: ${MISSING[*]}"
+    apt_install "${MISSING[@]}"
+}
+
+# test_packages_start: install what is missing from TEST_PACKAGES in the background, while galley
+# builds (apt is mostly download and unpacking; on a fresh CI machine it took about 4 of CI's 28
+# minutes before the build started). Its output goes to TEST_APT_LOG; test_packages_wait joins it.
+TEST_APT_PID=
+TEST_APT_LOG=
+test_packages_start() {
+    debian_like || {
+        say "not Debian/Ubuntu: not installing packages; the tests need the equivalents of: ${TEST_PACKAGES[*]}"
+        return 0
+    }
+    missing_packages "${TEST_PACKAGES[@]}"
+    if [[ ${#MISSING[@]} -eq 0 ]]; then
+        say "test packages: all ${#TEST_PACKAGES[@]} present"
+        return 0
     fi
-    say "installing missing packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    local lock=(-o DPkg::Lock::Timeout=300)
-    apt-get "${lock[@]}" update -q
-    apt-get "${lock[@]}" install -y -q --no-install-recommends "${missing[@]}"
+    need_root_for "${MISSING[@]}"
+    mkdir -p "$ROOT/$BUILD_DIR"
+    TEST_APT_LOG=$ROOT/$BUILD_DIR/apt-test-packages.log
+    say "installing the tests' missing packages in the background while building (log: $TEST_APT_LOG): ${MISSING[*]}"
+    apt_install "${MISSING[@]}" >"$TEST_APT_LOG" 2>&1 </dev/null &
+    TEST_APT_PID=$!
+    # build.sh never exits (a failed build, say) while that apt-get is still running.
+    trap 'test_packages_wait quiet' EXIT
+}
+
+# test_packages_wait check|quiet: wait for test_packages_start's apt-get; check: exit 1 with its
+# log's end when it failed; quiet: only wait (on build.sh's way out).
+test_packages_wait() {
+    [[ -n $TEST_APT_PID ]] || return 0
+    local pid=$TEST_APT_PID rc=0
+    TEST_APT_PID=
+    wait "$pid" || rc=$?
+    [[ $1 == quiet ]] && return 0
+    if [[ $rc -ne 0 ]]; then
+        tail -n 30 "$TEST_APT_LOG" >&2
+        die "installing the tests' packages failed (exit $rc; last lines above, full log $TEST_APT_LOG)"
+    fi
+    say "test packages installed (log: $TEST_APT_LOG)"
 }
 
 # find_nvcc: put /usr/local/cuda/bin on PATH when nvcc is only there.
@@ -189,9 +251,11 @@ cmd_train() {
 
 cmd_test() {
     [[ $# -eq 0 ]] || die "test takes no arguments (got: $*)"
-    PACKAGES=("${BUILD_PACKAGES[@]}" "${TEST_PACKAGES[@]}")
+    ensure_packages
+    test_packages_start
     build_release
     build_asan
+    test_packages_wait check
     say "running tests: tests/run.sh $BUILD_DIR $ASAN_DIR"
     local rc=0
     bash "$ROOT/tests/run.sh" "$BUILD_DIR" "$ASAN_DIR" || rc=$?

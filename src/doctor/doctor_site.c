@@ -8,6 +8,7 @@
 // Without --site, the site the hooks chose (the wiring report names its folder).
 #include <ctype.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -94,6 +95,9 @@ static int site_dirs(const doctor_wiring *w, char dirs[3][200]) {
     return n;
 }
 
+// Whether snprintf's result K fit in LEN bytes (a path that would not fit is not looked at).
+static bool fits(int k, size_t len) { return k >= 0 && (size_t)k < len; }
+
 // The folder of site NAME: GALLEY_SITE_PATH's folders first, then each site dir's sites/.
 static int find_site_folder(const char *name, char dirs[3][200], int ndirs, char *out, size_t len, char *looked,
                             size_t llen) {
@@ -108,16 +112,16 @@ static int find_site_folder(const char *name, char dirs[3][200], int ndirs, char
             while (*p) {
                 size_t n = strcspn(p, ":");
                 snprintf(dir, sizeof dir, "%.*s", (int)n, p);
-                snprintf(path, sizeof path, "%s/%s/site.env", dir, name);
-                used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0, "%s%s", used ? ", " : "", path);
-                if (is_file(path)) return snprintf(out, len, "%s/%s", dir, name), 0;
                 p += n + (p[n] == ':');
+                if (!fits(snprintf(path, sizeof path, "%s/%s/site.env", dir, name), sizeof path)) continue;
+                used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0, "%s%s", used ? ", " : "", path);
+                if (is_file(path) && fits(snprintf(out, len, "%s/%s", dir, name), len)) return 0;
             }
             continue;
         }
-        snprintf(path, sizeof path, "%s/sites/%s/site.env", dirs[i], name);
+        if (!fits(snprintf(path, sizeof path, "%s/sites/%s/site.env", dirs[i], name), sizeof path)) continue;
         used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0, "%s%s", used ? ", " : "", path);
-        if (is_file(path)) return snprintf(out, len, "%s/sites/%s", dirs[i], name), 0;
+        if (is_file(path) && fits(snprintf(out, len, "%s/sites/%s", dirs[i], name), len)) return 0;
     }
     return -1;
 }
