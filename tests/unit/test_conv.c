@@ -1088,12 +1088,45 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     setenv("GALLEY_CONV_ALGO", "direct", 1);
     assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
     setenv("GALLEY_CONV_ALGO", "auto", 1);
-    assert_true(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
-    assert_false(cpu_conv_wino_input_grad(4, 32, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
-    assert_false(cpu_conv_wino_worth(64, 3, 32, 16));
-    assert_false(cpu_conv_wino_worth(64, 256, 512, 1));  // 2^3 maps: one tile a sample
-    assert_true(cpu_conv_wino_worth(8, 32, 64, 512));
+    // 64 channels both sides: worth it on both ISAs (AVX-512 takes 2D forward and input gradient
+    // from 64 channels); 3 input channels: on neither.
+    assert_true(cpu_conv_wino_input_grad(4, 64, 64, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    assert_false(cpu_conv_wino_input_grad(4, 64, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
     unsetenv("GALLEY_CONV_ALGO");
+}
+
+// The choice of F(2,3) against the implicit GEMM, per ISA and pass (the measurements are in
+// cpu_conv_wino.c): the table of each ISA, whatever this CPU runs.
+static void test_conv_winograd_worth(void **state) {
+    (void)state;
+    const int isas[2] = {CPU_ISA_AVX2, CPU_ISA_AVX512};
+    const cpu_conv_pass passes[3] = {CPU_CONV_FORWARD, CPU_CONV_INPUT_GRAD, CPU_CONV_WEIGHT_GRAD};
+    for (int i = 0; i < 2; i++)
+        for (int p = 0; p < 3; p++) {
+            const int isa = isas[i];
+            const cpu_conv_pass pass = passes[p];
+            // Both ISAs: 3 input channels, one tile a sample (2^3 maps), too few tiles in all: no.
+            assert_false(cpu_conv_wino_worth(isa, pass, 2, 64, 3, 32, 64));
+            assert_false(cpu_conv_wino_worth(isa, pass, 3, 8, 256, 512, 1));
+            assert_false(cpu_conv_wino_worth(isa, pass, 3, 1, 64, 64, 27));
+            // CosmoFlow's 2nd layer (32 -> 64 on 16^3): all passes on AVX2; AVX-512 leaves dW direct.
+            assert_true(cpu_conv_wino_worth(isa, pass, 3, 8, 32, 64, 512) ==
+                        (isa == CPU_ISA_AVX2 || pass != CPU_CONV_WEIGHT_GRAD));
+            // The small CNN's 2nd layer (32 -> 64 on 16x16): all on AVX2, none on AVX-512.
+            assert_true(cpu_conv_wino_worth(isa, pass, 2, 64, 32, 64, 64) == (isa == CPU_ISA_AVX2));
+            // 2D 64 -> 128 on 8x8: AVX-512 forward and input gradient only.
+            assert_true(cpu_conv_wino_worth(isa, pass, 2, 64, 64, 128, 16) ==
+                        (isa == CPU_ISA_AVX2 || pass != CPU_CONV_WEIGHT_GRAD));
+            // 3D 128 -> 256 on 4^3 (8 tiles a sample): AVX-512 the weight gradient only.
+            assert_true(cpu_conv_wino_worth(isa, pass, 3, 8, 128, 256, 8) ==
+                        (isa == CPU_ISA_AVX2 || pass == CPU_CONV_WEIGHT_GRAD));
+            // 3D 16 -> 32 on 20^3: AVX-512 forward and input gradient (the weight gradient needs 64).
+            assert_true(cpu_conv_wino_worth(isa, pass, 3, 8, 16, 32, 1000) ==
+                        (isa == CPU_ISA_AVX2 || pass != CPU_CONV_WEIGHT_GRAD));
+        }
+    const int isa = cpu_conv_fast_isa();
+    assert_true(isa == CPU_ISA_NONE || isa == CPU_ISA_AVX2 || isa == CPU_ISA_AVX512);
+    assert_true((isa != CPU_ISA_NONE) == cpu_conv_fast_ok());
 }
 
 // Through the layer, with F(2,3) forced: the gradients of a 2D and a 3D convolution (and bias)
@@ -1304,6 +1337,7 @@ int main(void) {
         cmocka_unit_test(test_conv_results_do_not_depend_on_threads),
         cmocka_unit_test(test_conv_fast_kernels_sum_in_the_documented_order),
         cmocka_unit_test(test_conv_winograd_matches_exact_sums),
+        cmocka_unit_test(test_conv_winograd_worth),
         cmocka_unit_test(test_conv_winograd_gradients_match_finite_differences),
         cmocka_unit_test(test_conv_parameters_follow_pytorch),
         cmocka_unit_test(test_conv_init_uses_fan_in),

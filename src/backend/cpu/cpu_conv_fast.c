@@ -688,6 +688,14 @@ static const ig_kernels *ig_kernels_get(void) {
 #endif
 }
 
+int cpu_conv_fast_isa(void) {
+    const ig_kernels *kr = ig_kernels_get();
+#if FAST_BUILT
+    if (kr == &ig_avx512) return CPU_ISA_AVX512;
+#endif
+    return kr ? CPU_ISA_AVX2 : CPU_ISA_NONE;
+}
+
 cpu_conv_tile_fn cpu_conv_fast_tile(int *mr) {
     const ig_kernels *kr = ig_kernels_get();
     *mr = kr ? kr->mr : 0;

@@ -7,7 +7,7 @@
 // sgemm peak, and issue #24 asks for 2x PyTorch, which at that rate needs fewer multiplications,
 // not faster ones. A tile of 2x2 outputs (2x2x2 in 3D) from a 4x4 (4x4x4) input patch costs 16
 // (64) multiply-adds per pair of channels instead of 36 (216): 2.25x fewer in 2D, 3.375x in 3D.
-// Measured on a 2-core EPYC (Zen, AVX2), see cpu_conv_wino_worth for the layers it takes.
+// Measured on a 2-core EPYC (Zen, AVX2) and a 2-core Xeon (AVX-512): see cpu_conv_wino_worth for the layers it takes.
 //
 // How, for a batch of WL = 32 output tiles (any samples, tile order (sample, z, y, x)):
 //   V[e][c][j] = (B^T d B)[e] of tile j's input patch of channel c   (input transform, e < E = 16 or 64)
@@ -625,25 +625,49 @@ static int wg_algo(void) {
            "GALLEY_CONV_ALGO=%s: the values are auto, direct and winograd", v);
 }
 
-// Whether F(2,3) is worth it for a pass reading c channels into f on n samples of `tiles` tiles.
-// Measured on a 2-core EPYC (Zen 3, AVX2; a noisy machine: each pass timed 12 times alternating
-// the two, the best of each), at 2 threads, Winograd's speed-up over the implicit GEMM as forward /
-// input gradient / weight gradient:
-//   2D 32 -> 64 on 16x16, batch 64 (the small CNN's second layer)   1.15 / 1.17 / 1.31
-//   2D 64 -> 64 on 16x16, batch 64                                  1.40 / 1.32 / 1.58
-//   2D 32 -> 32 on 16x16, batch 64                                  1.03 / 1.05 / 1.00
-//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow at 32^3, 2nd layer)      1.85 / 1.86 / 1.69
-//   3D 64 -> 128 on 8^3, batch 8                                    2.17 / 2.16 / 1.63
-//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)                1.12 / 1.19 / 1.21
-//   3D 16 -> 16 on 20^3, batch 8                                    1.51 / 1.51 / 1.21
-//   3D 256 -> 512 on 2^3, batch 8 (1 tile a sample)                 0.38 / 0.47 / 1.03
-//   3D 4 -> 32 on 32^3, batch 8 (a first layer)                     0.69 / 1.21 / 0.31
-//   3D 1 -> 16 on 40^3, batch 8                                     0.56 / 0.86 / 0.16
-// Few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the output), and maps
-// of fewer than 8 tiles a sample spend their lanes and the kernel transform on padding.
-bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles) {
-    return c >= 16 && f >= 16 && tiles >= 8 && n * tiles >= 2 * WL;
+// Whether F(2,3) is worth it: it trades multiply-adds in the GEMM for transforms, which run
+// 8-wide (AVX2) on both ISAs, so the trade pays less where the GEMM is 16-wide. Each pass is
+// timed against the implicit GEMM at 2 threads (alternating the two, the best of each), as the
+// speed-up forward / input gradient / weight gradient:
+//
+//                                                    2-core EPYC (Zen 3,     2-core Xeon (AVX-512,
+//                                                    AVX2; best of 12)       best of 15)
+//   2D 32 -> 64 on 16x16, batch 64 (small CNN's 2nd)  1.15 / 1.17 / 1.31      0.81 / 0.97 / 0.46
+//   2D 64 -> 64 on 16x16, batch 64                    1.40 / 1.32 / 1.58      1.02 / 1.19 / 0.58
+//   2D 32 -> 32 on 16x16, batch 64                    1.03 / 1.05 / 1.00      0.78 / 0.92 / 0.53
+//   2D 64 -> 128 on 8x8, batch 64                            -                1.18 / 1.24 / 0.73
+//   2D 128 -> 128 on 8x8, batch 64                           -                1.30 / 1.25 / 0.88
+//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow's 2nd)    1.85 / 1.86 / 1.69      1.37 / 1.32 / 0.79
+//   3D 32 -> 64 on 10^3, batch 8 (cnn3d's 3rd)               -                1.46 / 1.70 / 0.91
+//   3D 64 -> 128 on 8^3, batch 8                      2.17 / 2.16 / 1.63      1.54 / 1.74 / 1.10
+//   3D 64 -> 128 on 6^3, batch 8 (27 tiles a sample)         -                1.31 / 1.45 / 1.03
+//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)  1.12 / 1.19 / 1.21      0.74 / 0.78 / 1.20
+//   3D 16 -> 16 on 20^3, batch 8                      1.51 / 1.51 / 1.21      1.03 / 1.18 / 0.84
+//   3D 32 -> 32 on 20^3, batch 8                             -                1.32 / 1.37 / 0.97
+//   3D 256 -> 512 on 2^3, batch 8 (1 tile a sample)   0.38 / 0.47 / 1.03             -
+//   3D 4 -> 32 on 32^3, batch 8 (a first layer)       0.69 / 1.21 / 0.31             -
+//   3D 1 -> 16 on 40^3, batch 8                       0.56 / 0.86 / 0.16             -
+//
+// Everywhere: few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the
+// output), and maps of fewer than 8 tiles a sample spend their lanes and the kernel transform on
+// padding. On AVX-512 besides: in 2D only forward and input gradient with 64+ channels both
+// sides; in 3D forward and input gradient on maps of 27+ tiles, the weight gradient with 64+.
+// For the small CNN at 2 threads on the Xeon that is 3,800 -> 4,700-5,100 samples/s (all passes
+// direct); on the EPYC every pass of these layers stays F(2,3).
+bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64_t c, int64_t f, int64_t tiles) {
+    const int64_t few = c < f ? c : f;
+    if (few < 16 || tiles < 8 || n * tiles < 2 * WL) return false;
+    if (isa != CPU_ISA_AVX512) return true;
+    if (dims == 2) return pass != CPU_CONV_WEIGHT_GRAD && few >= 64;
+    return pass == CPU_CONV_WEIGHT_GRAD ? few >= 64 : tiles >= 27;
 }
+
+#if WG_BUILT
+// cpu_conv_wino_worth for plan g's pass on this CPU's kernels.
+static bool wg_worth(const wg_plan *g, cpu_conv_pass pass, int64_t n) {
+    return cpu_conv_wino_worth(cpu_conv_fast_isa(), pass, g->E == 64 ? 3 : 2, n, g->c, g->f, g->tiles);
+}
+#endif
 
 // Both return false, having done nothing, where F(2,3) does not apply or is not worth it (the
 // caller then runs cpu_conv_fast.c): see cpu_kernels.h.
@@ -655,7 +679,7 @@ bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
     wg_plan g;
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles)) return false;
+    if (algo == ALGO_AUTO && !wg_worth(&g, CPU_CONV_FORWARD, n)) return false;
     return wg_run(&g, n, false, x, w, b, false, y, scratch, scratch_floats, act);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)w, (void)b, (void)y;
@@ -671,7 +695,7 @@ bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     wg_plan g;
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, c, f, g.tiles)) return false;
+    if (algo == ALGO_AUTO && !wg_worth(&g, CPU_CONV_WEIGHT_GRAD, n)) return false;
     return wg_run_dw(&g, n, x, dy, dw, scratch, scratch_floats);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)dy, (void)dw;
@@ -703,7 +727,7 @@ bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
     wg_plan g;  // dy (f channels, out) -> dx (c channels, in)
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(f, c, out, in, k, d, pf, &g)) return false;
-    if (algo == ALGO_AUTO && !cpu_conv_wino_worth(n, f, c, g.tiles)) return false;
+    if (algo == ALGO_AUTO && !wg_worth(&g, CPU_CONV_INPUT_GRAD, n)) return false;
     if (!dy) {  // only whether it would: the scratch check of wg_run without the run
         int mr = 0;
         if (!cpu_conv_fast_tile(&mr)) return false;

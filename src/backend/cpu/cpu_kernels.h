@@ -49,6 +49,9 @@ void cpu_conv_set_chunk_cap(int64_t samples);
 // in/out/k/d/p as {D, H, W}). Each returns false, having done nothing, where it does not apply
 // (another CPU, geometry or too little scratch); cpu_conv.c then runs im2col + sgemm.
 bool cpu_conv_fast_ok(void);
+// Which of those kernels this CPU runs: none, AVX2+FMA or AVX-512 (asked once).
+enum { CPU_ISA_NONE, CPU_ISA_AVX2, CPU_ISA_AVX512 };
+int cpu_conv_fast_isa(void);
 // An activation applied to outputs as they are stored (relu, or leaky_relu with its slope), or none:
 // the same arithmetic as cpu_act_forward, so y = act(conv(x)) has the bits of the two passes.
 typedef struct {
@@ -88,7 +91,10 @@ cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr);
 // 1 along D and H; padding 0..2), forward and input gradient, the same arguments as the
 // cpu_conv_fast_* ones. false, having done nothing: it does not apply, GALLEY_CONV_ALGO=direct,
 // cpu_conv_wino_worth says no, or too little scratch (input_grad with dy NULL: only says).
-bool cpu_conv_wino_worth(int64_t n, int64_t c, int64_t f, int64_t tiles);
+// Whether F(2,3) is worth it on kernels of `isa` (CPU_ISA_*), for one pass of a convolution of
+// `dims` transformed axes (2 or 3) reading c channels into f, n samples of `tiles` tiles each.
+typedef enum { CPU_CONV_FORWARD, CPU_CONV_INPUT_GRAD, CPU_CONV_WEIGHT_GRAD } cpu_conv_pass;
+bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64_t c, int64_t f, int64_t tiles);
 bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
@@ -113,8 +119,9 @@ void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64
                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
 void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
                            const float *dy, float *dx);
-void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
-                               const float *dy, const float *y, bool leaky, float slope, float *dx);
+void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                               const int s[3], const int p[3], const int32_t *argmax, const float *dy, const float *y,
+                               bool leaky, float slope, float *dx);
 void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
                                const float *dy, float *dx);
 void cpu_avg_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],

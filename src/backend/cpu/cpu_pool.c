@@ -144,8 +144,84 @@ void cpu_max_pool_backward_set(int64_t n, int64_t c, const int64_t in[3], const 
 // exactly where its input is. Windows do not overlap, so each dx gets at most one term, which
 // is the term the activation's own pass would have added to 0. Saves that pass over dx: 4.3% of
 // the small CNN's step at 2 threads on the 2-core EPYC.
-void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,
-                               const float *dy, const float *y, bool leaky, float slope, float *dx) {
+// The derivative-weighted gradient of one pool output: the bits of act_backward_set after the scatter.
+#define POOL_ACT_GRAD(yv, g) (0.0f + ((yv) > 0.0f ? (g) : leaky ? slope * (g) : 0.0f))
+
+// One window row of max_pool_k2_backward_act: dxr[iw] for iw < w (even) = the gradient of output
+// iw / 2 where its winner is row + iw, else 0. AVX2 where the CPU has it (8 columns a step: 4
+// outputs' winners and gradients each taken twice), the same arithmetic as the scalar loop.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static int64_t k2_row_avx2(int64_t w, int32_t row, const int32_t *ar,
+                                                           const float *dyr, const float *yr, bool leaky,
+                                                           float slope, float *dxr) {
+    const __m256i twice = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), step = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 zero = _mm256_setzero_ps(), sl = _mm256_set1_ps(leaky ? slope : 0.0f);
+    int64_t iw = 0;
+    for (; iw + 8 <= w; iw += 8) {
+        const __m128i a4 = _mm_loadu_si128((const void *)(ar + iw / 2));
+        const __m128 g4 = _mm_loadu_ps(dyr + iw / 2);
+        const __m256i a = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(a4), twice);
+        const __m256 g = _mm256_add_ps(zero, _mm256_permutevar8x32_ps(_mm256_castps128_ps256(g4), twice));
+        const __m256 yv = _mm256_loadu_ps(yr + iw);
+        // y > 0 ? g : leaky ? slope * g : 0 (slope * g is 0 * g = +-0 when not leaky: masked below)
+        __m256 d = _mm256_blendv_ps(leaky ? _mm256_mul_ps(sl, g) : zero, g, _mm256_cmp_ps(yv, zero, _CMP_GT_OQ));
+        d = _mm256_add_ps(zero, d);
+        const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32(row + (int32_t)iw), step);
+        _mm256_storeu_ps(dxr + iw, _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a, pos)), d));
+    }
+    return iw;
+}
+static bool k2_have_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+}
+#else
+static int64_t k2_row_avx2(int64_t w, int32_t row, const int32_t *ar, const float *dyr, const float *yr, bool leaky,
+                           float slope, float *dxr) {
+    (void)w, (void)row, (void)ar, (void)dyr, (void)yr, (void)leaky, (void)slope, (void)dxr;
+    return 0;
+}
+static bool k2_have_avx2(void) { return false; }
+#endif
+
+// cpu_max_pool_backward_act for "kernel 2" windows that tile the input (in = 2 out along H and W,
+// and along D or D unpooled): each window's 4 (8) gradients written in one pass, the winner's and
+// zeros, row by row. Measured on a 2-core Xeon (AVX-512), small CNN at 2 threads: the plane-wise
+// clearing and scatter it replaces took 8.6% of the step, this 4.1% (4,760 -> 4,930 samples/s,
+// means of 3); the same loop written for the compiler to vectorise took 28%.
+static void max_pool_k2_backward_act(int64_t planes, const int64_t in[3], const int64_t out[3], int kd,
+                                     const int32_t *argmax, const float *dy, const float *y, bool leaky, float slope,
+                                     float *dx) {
+    const int64_t H = in[1], W = in[2], ip = in[0] * H * W, op = out[0] * out[1] * out[2];
+    const bool avx2 = k2_have_avx2();
+#pragma omp parallel for schedule(static) if (planes * ip >= CPU_PAR_MIN_WORK)
+    for (int64_t q = 0; q < planes; q++)
+        for (int64_t od = 0; od < out[0]; od++)
+            for (int64_t oh = 0; oh < out[1]; oh++) {
+                const int64_t o = q * op + (od * out[1] + oh) * out[2];
+                const int32_t i0 = (int32_t)((od * kd * H + oh * 2) * W);
+                for (int r = 0; r < 2 * kd; r++) {  // the window rows: (d, h) = (0,0), (0,1), (1,0), (1,1)
+                    const int32_t row = i0 + (int32_t)((r >> 1) * H * W + (r & 1) * W);
+                    const float *yr = y + q * ip + row;
+                    float *dxr = dx + q * ip + row;
+                    int64_t iw = avx2 ? k2_row_avx2(W, row, argmax + o, dy + o, yr, leaky, slope, dxr) : 0;
+                    for (; iw < W; iw++) {
+                        const float g = 0.0f + dy[o + iw / 2];
+                        dxr[iw] = argmax[o + iw / 2] == row + iw ? POOL_ACT_GRAD(yr[iw], g) : 0.0f;
+                    }
+                }
+            }
+}
+
+void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
+                               const int s[3], const int p[3], const int32_t *argmax, const float *dy, const float *y,
+                               bool leaky, float slope, float *dx) {
+    if (max_pool_is_k2(in, out, k, s, p) && in[1] == 2 * out[1] && in[2] == 2 * out[2] &&
+        in[0] == k[0] * out[0]) {
+        max_pool_k2_backward_act(n * c, in, out, k[0], argmax, dy, y, leaky, slope, dx);
+        return;
+    }
     const int64_t ip = in[0] * in[1] * in[2], op = out[0] * out[1] * out[2];
 #pragma omp parallel for schedule(static) if (n * c * ip >= CPU_PAR_MIN_WORK)
     for (int64_t q = 0; q < n * c; q++) {
@@ -156,7 +232,7 @@ void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const 
         for (int64_t o = 0; o < op; o++) {
             const int32_t a = ap[o];
             const float g = 0.0f + dyp[o];  // the pool's own sum into its cleared gradient
-            dxp[a] += yp[a] > 0.0f ? g : leaky ? slope * g : 0.0f;
+            dxp[a] = POOL_ACT_GRAD(yp[a], g);
         }
     }
 }
