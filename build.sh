@@ -112,21 +112,30 @@ apt_install() {
     apt-get "${lock[@]}" install -y -q --no-install-recommends "$@"
 }
 
+# packages_to_install WHAT NAME...: MISSING = those of NAME... not installed, root checked for
+# them; status 1, having said why, when there is nothing to install or this is not Debian/Ubuntu.
+# WHAT ("the build", "the tests") names who needs them.
+packages_to_install() {
+    local what=$1
+    shift
+    if ! debian_like; then
+        say "not Debian/Ubuntu: not installing packages; $what needs the equivalents of: $*"
+        return 1
+    fi
+    missing_packages "$@"
+    if [[ ${#MISSING[@]} -eq 0 ]]; then
+        say "packages for $what: all $# present"
+        return 1
+    fi
+    need_root_for "${MISSING[@]}"
+}
+
 # ensure_packages: install what is missing from PACKAGES (root on Debian/Ubuntu), or say how.
 PACKAGES_OK=0
 ensure_packages() {
     [[ $PACKAGES_OK == 1 ]] && return 0
     PACKAGES_OK=1
-    if ! debian_like; then
-        say "not Debian/Ubuntu: not installing packages; the build needs the equivalents of: ${PACKAGES[*]}"
-        return 0
-    fi
-    missing_packages "${PACKAGES[@]}"
-    if [[ ${#MISSING[@]} -eq 0 ]]; then
-        say "packages: all ${#PACKAGES[@]} present"
-        return 0
-    fi
-    need_root_for "${MISSING[@]}"
+    packages_to_install "the build" "${PACKAGES[@]}" || return 0
     say "installing missing packages: ${MISSING[*]}"
     apt_install "${MISSING[@]}"
 }
@@ -137,16 +146,7 @@ ensure_packages() {
 TEST_APT_PID=
 TEST_APT_LOG=
 test_packages_start() {
-    debian_like || {
-        say "not Debian/Ubuntu: not installing packages; the tests need the equivalents of: ${TEST_PACKAGES[*]}"
-        return 0
-    }
-    missing_packages "${TEST_PACKAGES[@]}"
-    if [[ ${#MISSING[@]} -eq 0 ]]; then
-        say "test packages: all ${#TEST_PACKAGES[@]} present"
-        return 0
-    fi
-    need_root_for "${MISSING[@]}"
+    packages_to_install "the tests" "${TEST_PACKAGES[@]}" || return 0
     mkdir -p "$ROOT/$BUILD_DIR"
     TEST_APT_LOG=$ROOT/$BUILD_DIR/apt-test-packages.log
     say "installing the tests' missing packages in the background while building (log: $TEST_APT_LOG): ${MISSING[*]}"
