@@ -125,7 +125,11 @@ kill -CONT "$victim" 2>/dev/null || true
 secs=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 [[ $rc == 1 ]] || { cat hang.out hang.err >&2; fail "a stopped rank under tp=2: exit $rc, expected 1"; }
 awk -v s="$secs" 'BEGIN { exit !(s < 13) }' || fail "the hang took $secs s to end (distributed.timeout 3 s + 10 s)"
-grep -qE "^galley: error: hang: rank [01] of 2 \(host [^)]*\) (never entered|is stuck in) #[0-9]+ \(a (row|column)-parallel layer's (output|input gradient) at step [0-9]+\)" hang.err ||
+# Whichever of the tensor group's collectives the stopped rank missed: a layer's sum or gather,
+# the gradient norm's sum or the step's flags (one run's rank stopped just before the norm's sum).
+tp_op="a (row|column)-parallel layer's (output|input gradient)|the gradient norm's sum over the tensor group"
+tp_op+="|the step's flags over the tensor group"
+grep -qE "^galley: error: hang: rank [01] of 2 \(host [^)]*\) (never entered|is stuck in) #[0-9]+ \(($tp_op) at step [0-9]+\)" hang.err ||
     { cat hang.err >&2; fail "the hang report does not name the tensor group's collective and step"; }
 grep -q "no checkpoint: under tensor parallelism each rank holds a share of the model" hang.err ||
     { cat hang.err >&2; fail "the hang report does not say why there is no checkpoint"; }
