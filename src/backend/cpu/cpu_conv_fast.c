@@ -226,8 +226,15 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
 // dwt rows kk0 .. kk0+rows-1 (row stride ldw), columns 0 .. cols-1 (cols <= NR filters) += sum
 // over positions j < cnt (cnt <= DW_J) of panel[kk0 + i][j] * dyt[j][f], in j order; the panel's
 // rows are ldp apart. init: dwt's block is not read, the sums start from 0 (the first group).
+FAST_TARGET static void dw_tile_16(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
+                                   float *dwt, int64_t ldw, int rows, int cols, bool init);
+
 FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
                                 float *dwt, int64_t ldw, int rows, int cols, bool init) {
+    if (cols <= 16) {
+        dw_tile_16(cnt, panel, ldp, dyt, lddy, dwt, ldw, rows, cols, init);
+        return;
+    }
     const __mmask16 m0 = lane_mask(0, cols), m1 = lane_mask(0, cols - 16);
     __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
 #define LOAD(i, lo, hi)                                                      \
@@ -257,6 +264,31 @@ FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, co
     }
     STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31);
     STORE(4, c40, c41) STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71);
+#undef STORE
+}
+
+// dw_tile for at most 16 filters (a first layer's 16, the last block of a count that is not a
+// multiple of 32): one vector a row, where dw_tile's second half would multiply zeros. The same
+// sums in the same order, so the same bits. Measured on a 2-core Xeon (2 threads, best of 15, 3
+// runs): the weight gradient of cnn3d's first layer (1 -> 16 on 40^3, batch 8) 5.56 -> 3.99 ms,
+// of 16 -> 16 on 20^3 10.65 -> 7.88 ms; cnn3d 148 -> 154 samples/s (means of 3).
+FAST_TARGET static void dw_tile_16(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
+                                   float *dwt, int64_t ldw, int rows, int cols, bool init) {
+    const __mmask16 m0 = lane_mask(0, cols);
+    __m512 c0, c1, c2, c3, c4, c5, c6, c7;
+#define LOAD(i, c) c = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, dwt + i * ldw);
+    LOAD(0, c0) LOAD(1, c1) LOAD(2, c2) LOAD(3, c3) LOAD(4, c4) LOAD(5, c5) LOAD(6, c6) LOAD(7, c7)
+#undef LOAD
+    for (int64_t j = 0; j < cnt; j++) {
+        const __m512 b0 = _mm512_maskz_loadu_ps(m0, dyt + j * lddy);
+        const float *aj = panel + j;
+#define FMA(i, c) c = _mm512_fmadd_ps(_mm512_set1_ps(aj[i * ldp]), b0, c);
+        FMA(0, c0) FMA(1, c1) FMA(2, c2) FMA(3, c3) FMA(4, c4) FMA(5, c5) FMA(6, c6) FMA(7, c7)
+#undef FMA
+    }
+#define STORE(i, c) \
+    if (i < rows) _mm512_mask_storeu_ps(dwt + i * ldw, m0, c);
+    STORE(0, c0) STORE(1, c1) STORE(2, c2) STORE(3, c3) STORE(4, c4) STORE(5, c5) STORE(6, c6) STORE(7, c7)
 #undef STORE
 }
 
