@@ -110,16 +110,25 @@ static int find_site_folder(const char *name, char dirs[3][200], int ndirs, char
             if (!sp || !*sp) continue;
             const char *p = sp;
             while (*p) {
+                const char *entry = p;
                 size_t n = strcspn(p, ":");
-                snprintf(dir, sizeof dir, "%.*s", (int)n, p);
                 p += n + (p[n] == ':');
-                if (!fits(snprintf(path, sizeof path, "%s/%s/site.env", dir, name), sizeof path)) continue;
+                if (!fits(snprintf(dir, sizeof dir, "%.*s", (int)n, entry), sizeof dir) ||
+                    !fits(snprintf(path, sizeof path, "%s/%s/site.env", dir, name), sizeof path)) {
+                    used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0,
+                                             "%s%.40s... (too long a path: not looked at)", used ? ", " : "", entry);
+                    continue;
+                }
                 used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0, "%s%s", used ? ", " : "", path);
                 if (is_file(path) && fits(snprintf(out, len, "%s/%s", dir, name), len)) return 0;
             }
             continue;
         }
-        if (!fits(snprintf(path, sizeof path, "%s/sites/%s/site.env", dirs[i], name), sizeof path)) continue;
+        if (!fits(snprintf(path, sizeof path, "%s/sites/%s/site.env", dirs[i], name), sizeof path)) {
+            used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0,
+                                     "%s%.40s... (too long a path: not looked at)", used ? ", " : "", dirs[i]);
+            continue;
+        }
         used += (size_t)snprintf(looked + used, used < llen ? llen - used : 0, "%s%s", used ? ", " : "", path);
         if (is_file(path) && fits(snprintf(out, len, "%s/sites/%s", dirs[i], name), len)) return 0;
     }

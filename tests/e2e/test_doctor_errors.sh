@@ -53,6 +53,13 @@ assert_rc 1
 assert_no_crash
 assert_contains "$OUT" "  - the job: site profile 'no-such-site' not found: no "
 json_check nosite.json "f = d['findings']; assert len(f) == 1 and 'no-such-site' in f[0]['text'] and f[0]['ranks'] == []"
+# A GALLEY_SITE_PATH entry too long for a path: named as not looked at, the others still searched.
+long_dir=/$(printf 'd%.0s' {1..300})
+GALLEY_SITE_PATH="$long_dir:$GL_TMP/nope" run "${D[@]}" --site no-such-site
+assert_rc 1
+assert_no_crash
+assert_contains "$OUT" "not found: no /ddddd"
+assert_contains "$OUT" "... (too long a path: not looked at), $GL_TMP/nope/no-such-site/site.env"
 run "${D[@]}" --site "$GL_TMP/nope/site.env"
 assert_rc 1
 assert_contains "$OUT" "site profile '$GL_TMP/nope/site.env' does not exist"
