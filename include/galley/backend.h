@@ -132,6 +132,11 @@ typedef struct gl_backend {
     // y[N,U] = x[N,K] . W[U,K]^T (+ b[U])
     void (*dense_forward)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                           const float *b, float *y);
+    // Optional (NULL: no fusion): dense_forward with y = act(x . W^T + b) as it is stored, act
+    // relu or leaky_relu with slope >= 0, the same bits as act_forward after dense_forward. The
+    // graph fuses a dense layer with the activation that alone reads it (graph_build).
+    void (*dense_forward_act)(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
+                              float *y, gl_act act, float slope);
     // dW[U,K] = dy^T . x, db[U] = sum_n dy, dx[N,K] += dy . W (dx may be NULL)
     void (*dense_backward)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                            const float *dy, float *dw, float *db, float *dx);

@@ -58,8 +58,9 @@ static void test_shape_inference_and_plan(void **state)
     assert_int_equal(o->params[0].offset, 175);
     assert_int_equal(g->nparams, 175 + 21);
     assert_int_equal(g->flops, 2 * 24 * 7 + 2 * 7 * 3);
-    // Input, then data + grad per layer, but r shares h's data buffer (graph_fuse_acts, in place).
-    assert_true(g->layers[2].act_inplace);
+    // Input, then data + grad per layer, but r shares h's data buffer (graph_fuse_acts: the dense
+    // layer applies it as it stores).
+    assert_true(g->layers[2].act_done);
     assert_ptr_equal(g->layers[2].out.data, g->layers[1].out.data);
     // Input, outputs (r's being h's), and the gradients' pool: per sample, in 16-float (64-byte)
     // slots, t's 32 at 0, h's 16 at 32 (live with t's: h's backward writes t's), r's 16 at 0 (t's
@@ -388,7 +389,7 @@ static void build_fused_and_not(const char *layers, gl_shape input, tl_model *mf
 
 // A relu or leaky_relu that alone reads a layer's output shares its buffer (graph_fuse_acts): a
 // convolution applies it as it stores (fast kernels at stride 1, im2col at stride 2), and so do
-// a transposed convolution and batch norm; after a dense layer it runs in place. Forward and backward
+// a transposed convolution, batch norm and a dense layer; after an add it runs in place. Forward and backward
 // give the bits of the graph built with model.fuse: false, with fewer activation buffers; the
 // convolution whose output two layers read is not fused.
 static void test_activation_fusion_keeps_the_bits(void **state)
@@ -408,6 +409,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
                          "    - {type: conv, filters: 6, kernel: 1, name: c4}\n"
                          "    - {type: relu, name: r4}\n"
                          "    - {type: add, inputs: [r4, c4], name: both}\n"
+                         "    - {type: relu, name: ra}\n"
                          "    - {type: flatten}\n"
                          "    - {type: dense, units: 7, name: d1}\n"
                          "    - {type: relu, name: rd}\n"
@@ -415,8 +417,8 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     tl_model mf, mu;
     build_fused_and_not(layers, (gl_shape){3, {2, 12, 12}}, &mf, &mu, true);
     gl_graph *f = &mf.g, *u = &mu.g;
-    const char *const stored[] = {"r1", "r2", "rb", "rt", "r3"}, *const in_place[] = {"rd"};
-    for (int i = 0; i < 5; i++) assert_true(f->layers[tl_layer(f, stored[i])].act_done);
+    const char *const stored[] = {"r1", "r2", "rb", "rt", "r3", "rd"}, *const in_place[] = {"ra"};
+    for (int i = 0; i < 6; i++) assert_true(f->layers[tl_layer(f, stored[i])].act_done);
     for (int i = 0; i < 1; i++) {
         assert_true(f->layers[tl_layer(f, in_place[i])].act_inplace);
         assert_false(f->layers[tl_layer(f, in_place[i])].act_done);

@@ -92,6 +92,7 @@ static const gl_backend cpu = {
     .upload_async = cpu_copy,
     .upload_wait = cpu_upload_wait,
     .dense_forward = cpu_dense_forward,
+    .dense_forward_act = cpu_dense_forward_act,
     .dense_backward = cpu_dense_backward,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,

@@ -17,6 +17,8 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                    int64_t ldb, float beta, float *c, int64_t ldc);
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
+void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y,
+                           gl_act act, float slope);
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
@@ -87,6 +89,16 @@ cpu_conv_tile_fn cpu_conv_fast_tile(int *mr);
 typedef void (*cpu_conv_dw_tile_fn)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
                                     float *dwt, int64_t ldw, int rows, int cols, bool init);
 cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr);
+// cpu_gemm_fast.c: c[M, N] = init + op(a)[M, K] . op(b)[K, N] (row-major; init c itself when acc,
+// else bias[j] per column, or 0 without bias), act applied as c is stored; split into tasks along
+// C's rows (by_rows) or columns. Each element one fmaf chain in k order: the same bits at any
+// thread count and on either instruction set. false, having done nothing: no AVX2+FMA, or M < 12
+// or N < 32. _isa: on the kernels of `isa` (CPU_ISA_*; tests run AVX2 on an AVX-512 CPU).
+bool cpu_gemm_fast(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                   int64_t ldb, bool acc, const float *bias, cpu_store_act act, float *c, int64_t ldc, bool by_rows);
+bool cpu_gemm_fast_isa(int isa, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                       const float *b, int64_t ldb, bool acc, const float *bias, cpu_store_act act, float *c,
+                       int64_t ldc, bool by_rows);
 // cpu_conv_wino.c: 3x3(x3) stride-1 convolutions by Winograd F(2,3) (kernel 3 along W, and 3 or
 // 1 along D and H; padding 0..2), forward and input gradient, the same arguments as the
 // cpu_conv_fast_* ones. false, having done nothing: it does not apply, GALLEY_CONV_ALGO=direct,

@@ -83,7 +83,15 @@ static void dense_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     const float *b = l->nparams > 1 ? l->w + u * k : NULL;
     if (l->tp_role == GL_TP_COLUMN) tp_column_forward(l->tp, be, n * t, k, u, 1, l->in[0]->data, l->w, b, l->out.data, l->work);
     else if (l->tp_role == GL_TP_ROW) tp_row_forward(l->tp, be, n * t, k, u, l->in[0]->data, l->w, b, l->out.data, l->work);
+    else if (l->store_act_on)  // y = act(x W^T + b): the activation after this layer, fused (graph_build)
+        be->dense_forward_act(n * t, k, u, l->in[0]->data, l->w, b, l->out.data, l->store_act, l->store_slope);
     else be->dense_forward(n * t, k, u, l->in[0]->data, l->w, b, l->out.data);
+}
+
+// Whether the activation after it can be applied as the output is stored: on a backend that
+// does (the CPU's), without tensor parallelism (whose parts are summed after the product).
+static bool dense_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    return l->tp_role == GL_TP_NONE && be->dense_forward_act && gl_act_storable(act, slope);
 }
 
 static void dense_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -108,4 +116,5 @@ const layer_kind layer_dense = {
     .init = dense_init,
     .forward = dense_forward,
     .backward = dense_backward,
+    .takes_act = dense_takes_act,
 };
