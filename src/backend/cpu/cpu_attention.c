@@ -19,7 +19,7 @@
 //
 // Instruction sets: the exponentials and row maxima have AVX-512 and AVX2+FMA versions
 // (cpu_attention_body.h, chosen at run time as the conv kernels choose theirs), whose tile
-// products are serial OpenBLAS calls (mm_blas below), and a scalar set (plain loops, libm's expf);
+// products are serial galley or OpenBLAS calls (mm_blas below), and a scalar set (plain loops, libm's expf);
 // they differ only in rounding. The table is for the earlier hand-written tile products
 // (mm_blas's comment has the gain since). Measured (one thread of a shared 2-core AMD EPYC with AVX2, no AVX-512; N = H = 1,
 // E = 48, no mask, best of several runs, ms):
@@ -106,15 +106,20 @@ static const attn_kernels attn_scalar = {mm_scalar, exp_row_scalar, row_max_scal
 #undef AFN
 #pragma GCC pop_options
 
-// The tile products of the vector sets: one serial OpenBLAS sgemm each (cpu_gemm: single-threaded
-// inside this file's parallel loops, and outside them too, so the bits do not depend on the thread
-// count). Measured against the hand-written 4 x 2-vector register tiles this replaced (AVX2,
-// 2-core AMD EPYC, best of 7): vit-tiny's attention (N 64, T 64, H 3, E 64) forward 6.25 -> 4.17
+// The tile products of the vector sets: one serial product each, galley's (cpu_gemm_fast) for
+// tiles of at least 12 x 32, else OpenBLAS's sgemm (cpu_gemm); both single-threaded inside this
+// file's parallel loops, and their choice depends on the shape only, so the bits do not depend on
+// the thread count. galley's against OpenBLAS here (2-core Xeon, AVX-512, 2 threads, 3 alternating
+// runs of 20 vit-tiny steps): attention forward 0.90 -> 0.88 s, backward 1.90 -> 1.85 s (the
+// same kernel as q k^T's, attn_abt). Earlier, OpenBLAS's against the hand-written 4 x 2-vector
+// register tiles it replaced (AVX2, 2-core AMD EPYC, best of 7): vit-tiny's attention (N 64, T 64, H 3, E 64) forward 6.25 -> 4.17
 // ms and backward 14.2 -> 8.7 ms on 2 threads (9.8 -> 5.8 and 23.7 -> 13.9 on one); T 4050, H 8,
 // E 48: 601 -> 394 and 1527 -> 929 ms.
 static void mm_blas(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                     float *c, int64_t ldc, int acc) {
-    cpu_gemm(false, false, m, cols, k, a, lda, b, ldb, acc ? 1.0f : 0.0f, c, ldc);
+    const cpu_store_act none = {0};
+    if (!cpu_gemm_fast(false, false, m, cols, k, a, lda, b, ldb, acc != 0, NULL, none, c, ldc, false))
+        cpu_gemm(false, false, m, cols, k, a, lda, b, ldb, acc ? 1.0f : 0.0f, c, ldc);
 }
 static const attn_kernels attn_avx2 = {mm_blas, exp_row_avx2, row_max_avx2, scale_row_avx2};
 static const attn_kernels attn_avx512 = {mm_blas, exp_row_avx512, row_max_avx512, scale_row_avx512};
@@ -205,10 +210,16 @@ static attn_pair attn_pair_at(const attn_call *c, int64_t pair) {
     return p;
 }
 
-// s[m, AK] = a[m, E] . b[cnt, E]^T (rows of a and b with strides lda, ldb): b is packed transposed
-// AEC features at a time into bt, and the chunks' products summed in order.
+// s[m, AK] = a[m, E] . b[cnt, E]^T (rows of a and b with strides lda, ldb): galley's product
+// (which packs b itself) where the tile allows, else b is packed transposed AEC features at a time
+// into bt, and the chunks' products summed in order.
 static void attn_abt(const attn_kernels *kr, int64_t m, int64_t cnt, int64_t e, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float *s, float *bt) {
+#if ATTN_VECTOR
+    const cpu_store_act none = {0};
+    if (kr != &attn_scalar && cpu_gemm_fast(false, true, m, cnt, e, a, lda, b, ldb, false, NULL, none, s, AK, false))
+        return;
+#endif
     for (int64_t e0 = 0; e0 < e; e0 += AEC) {
         const int64_t ec = e - e0 < AEC ? e - e0 : AEC;
         for (int64_t f = 0; f < ec; f++)
