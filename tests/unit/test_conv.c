@@ -6,7 +6,6 @@
 #include "testlib.h"
 
 #include <stdint.h>
-#include <sys/mman.h>
 
 #include "backend/cpu/cpu_kernels.h"
 
@@ -593,24 +592,6 @@ static void test_conv_results_do_not_depend_on_threads(void **state) {
 // other. Every buffer ends (or starts) at a page no one may read, which also proves that no
 // vector reads past them.
 
-// A buffer of n floats in its own mapping, with an inaccessible page right after it (at_start:
-// right before it).
-typedef struct {
-    void *map;
-    size_t len;
-} guard_map;
-
-static float *guarded(size_t n, int at_start, guard_map *gm) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(float) + page - 1) / page * page;
-    gm->len = bytes + 2 * page;
-    char *m = mmap(NULL, gm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(m != MAP_FAILED);
-    gm->map = m;
-    assert_int_equal(mprotect(m, page, PROT_NONE), 0);
-    assert_int_equal(mprotect(m + page + bytes, page, PROT_NONE), 0);
-    return (float *)(at_start ? m + page : m + page + bytes - n * sizeof(float));
-}
-
 typedef struct {
     int64_t c, f, in[3], k[3], d[3], p[3];
 } fast_case;
@@ -773,12 +754,12 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
     int64_t swg = kfp * f * parts + 3 * 8 * (kfp * 32 + 32 * f);
     int64_t ns = sf > sb ? sf : sb;
     ns = ns > swg ? ns : swg;
-    guard_map gm[9];
-    float *x = guarded((size_t)nx, at_start, &gm[0]), *w = guarded((size_t)nw, at_start, &gm[1]);
-    float *b = guarded((size_t)f, at_start, &gm[2]), *dy = guarded((size_t)ny, at_start, &gm[3]);
-    float *y = guarded((size_t)ny, at_start, &gm[4]), *dx = guarded((size_t)nx, at_start, &gm[5]);
-    float *dw = guarded((size_t)nw, at_start, &gm[6]), *db = guarded((size_t)f, at_start, &gm[7]);
-    float *scratch = guarded((size_t)ns, at_start, &gm[8]);
+    tl_guard gm[9];
+    float *x = tl_guarded((size_t)nx, at_start, &gm[0]), *w = tl_guarded((size_t)nw, at_start, &gm[1]);
+    float *b = tl_guarded((size_t)f, at_start, &gm[2]), *dy = tl_guarded((size_t)ny, at_start, &gm[3]);
+    float *y = tl_guarded((size_t)ny, at_start, &gm[4]), *dx = tl_guarded((size_t)nx, at_start, &gm[5]);
+    float *dw = tl_guarded((size_t)nw, at_start, &gm[6]), *db = tl_guarded((size_t)f, at_start, &gm[7]);
+    float *scratch = tl_guarded((size_t)ns, at_start, &gm[8]);
     float *ry = xmalloc(sizeof(float) * (size_t)ny), *rdx = xmalloc(sizeof(float) * (size_t)nx);
     float *rdw = xmalloc(sizeof(float) * (size_t)nw), *rdb = xmalloc(sizeof(float) * (size_t)f);
     tl_fill_uniform(x, nx, -1, 1, 600);
@@ -815,7 +796,7 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         check_db_wide_terms(at, n, f, out_pos, dy, db);
     }
     backend_cpu()->set_threads(2);
-    for (int i = 0; i < 9; i++) munmap(gm[i].map, gm[i].len);
+    for (int i = 0; i < 9; i++) tl_guard_free(&gm[i]);
     free(ry), free(rdx), free(rdw), free(rdb);
 }
 
@@ -995,11 +976,11 @@ static void check_wino(const wino_case *wc, cpu_store_act act) {
              (long long)wc->p[2], (long long)wc->n, act.on ? (int)act.act : -1);
     const int64_t n = wc->n, c = wc->c, f = wc->f, nx = n * c * in_pos, ny = n * f * out_pos, nw = f * c * taps;
     const int64_t ns = 1 << 22;
-    guard_map gm[7];
-    float *x = guarded((size_t)nx, 0, &gm[0]), *w = guarded((size_t)nw, 1, &gm[1]), *b = guarded((size_t)f, 0, &gm[2]);
-    float *dy = guarded((size_t)ny, 1, &gm[3]), *y = guarded((size_t)ny, 0, &gm[4]);
-    float *dx = guarded((size_t)nx, 1, &gm[5]);
-    float *scratch = guarded((size_t)ns, 0, &gm[6]);
+    tl_guard gm[7];
+    float *x = tl_guarded((size_t)nx, 0, &gm[0]), *w = tl_guarded((size_t)nw, 1, &gm[1]), *b = tl_guarded((size_t)f, 0, &gm[2]);
+    float *dy = tl_guarded((size_t)ny, 1, &gm[3]), *y = tl_guarded((size_t)ny, 0, &gm[4]);
+    float *dx = tl_guarded((size_t)nx, 1, &gm[5]);
+    float *scratch = tl_guarded((size_t)ns, 0, &gm[6]);
     float *y1 = xmalloc(sizeof(float) * (size_t)ny), *dx1 = xmalloc(sizeof(float) * (size_t)nx);
     float *dx0 = xmalloc(sizeof(float) * (size_t)nx);
     double *ry = xmalloc(sizeof(double) * (size_t)ny), *my = xmalloc(sizeof(double) * (size_t)ny);
@@ -1045,7 +1026,7 @@ static void check_wino(const wino_case *wc, cpu_store_act act) {
     }
     wino_short_scratch(&r);
     backend_cpu()->set_threads(2);
-    for (int i = 0; i < 7; i++) munmap(gm[i].map, gm[i].len);
+    for (int i = 0; i < 7; i++) tl_guard_free(&gm[i]);
     free(y1), free(dx1), free(dx0), free(ry), free(my), free(rdx), free(mdx), free(rdw), free(mdw), free(dw), free(dw1);
 }
 

@@ -7,40 +7,12 @@
 // their neighbours), depths across the K blocks (256), at 1 and 2 threads, on AVX-512 and AVX2
 // where the CPU has them. Every operand sits against a page no one may read (after it, or
 // before it), so no vector reads past an operand, and C's padding columns must stay untouched.
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
+#include "testlib.h"
 
-#include <cmocka.h>
-
-#include <math.h>
 #include <omp.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "galley/backend.h"
-#include "galley/rng.h"
-
-typedef struct {
-    void *map;
-    size_t len;
-} guard_map;
-
-// n floats in their own mapping, against an inaccessible page after them (at_start: before).
-static float *guarded(size_t n, int at_start, guard_map *gm) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(float) + page - 1) / page * page;
-    gm->len = bytes + 2 * page;
-    char *m = mmap(NULL, gm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(m != MAP_FAILED);
-    gm->map = m;
-    assert_int_equal(mprotect(m, page, PROT_NONE), 0);
-    assert_int_equal(mprotect(m + page + bytes, page, PROT_NONE), 0);
-    return (float *)(at_start ? m + page : m + page + bytes - n * sizeof(float));
-}
 
 static void fill(float *x, size_t n, uint64_t key) {
     for (size_t i = 0; i < n; i++) x[i] = 2.0f * rng_uniform(key, RNG_TEST, 0, i) - 1.0f;
@@ -73,9 +45,9 @@ static void model(const gemm_case *g, const float *a, int64_t lda, const float *
 static bool run_case(int isa, const gemm_case *g, int threads, int at_start, uint64_t key) {
     const int64_t lda = (g->ta ? g->m : g->k) + 3, ldb = (g->tb ? g->k : g->n) + 5, ldc = g->n + 2;
     const int64_t na = (g->ta ? g->k : g->m) * lda - 3, nb = (g->tb ? g->n : g->k) * ldb - 5, nc = g->m * ldc;
-    guard_map gm[4];
-    float *a = guarded((size_t)na, at_start, &gm[0]), *b = guarded((size_t)nb, at_start, &gm[1]);
-    float *bias = guarded((size_t)g->n, at_start, &gm[2]), *c = guarded((size_t)nc, at_start, &gm[3]);
+    tl_guard gm[4];
+    float *a = tl_guarded((size_t)na, at_start, &gm[0]), *b = tl_guarded((size_t)nb, at_start, &gm[1]);
+    float *bias = tl_guarded((size_t)g->n, at_start, &gm[2]), *c = tl_guarded((size_t)nc, at_start, &gm[3]);
     float *want = malloc(sizeof(float) * (size_t)nc);
     fill(a, (size_t)na, key), fill(b, (size_t)nb, key + 1);
     fill(bias, (size_t)g->n, key + 2), fill(c, (size_t)nc, key + 3);
@@ -95,7 +67,7 @@ static bool run_case(int isa, const gemm_case *g, int threads, int at_start, uin
                          (long)(e / ldc), (long)(e % ldc), (double)c[e], (double)want[e]);
     }
     free(want);
-    for (int i = 0; i < 4; i++) munmap(gm[i].map, gm[i].len);
+    for (int i = 0; i < 4; i++) tl_guard_free(&gm[i]);
     return took;
 }
 

@@ -9,6 +9,7 @@
 //   tl_fill_*          deterministic test data from rng (purpose RNG_TEST)
 //   tl_fd_grad         central-difference gradient of a scalar function w.r.t. a float buffer
 //   tl_check_grad      analytic vs numeric gradient, failing with the first bad element
+//   tl_guarded         a float buffer against a page no one may read (kernels' bounds), and its release
 #ifndef GALLEY_TESTLIB_H
 #define GALLEY_TESTLIB_H
 
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "galley/arena.h"
@@ -265,5 +267,28 @@ static inline double tl_check_grad(const char *what, const float *analytic, cons
     }
     return mx;
 }
+
+// ---- guarded buffers ----------------------------------------------------------------------------
+
+// A buffer of n floats in its own mapping, with an inaccessible page right after it (at_start:
+// right before it): a kernel that reads or writes past it faults.
+typedef struct {
+    void *map;
+    size_t len;
+} tl_guard;
+
+static inline float *tl_guarded(size_t n, int at_start, tl_guard *gm)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * sizeof(float) + page - 1) / page * page;
+    gm->len = bytes + 2 * page;
+    char *m = mmap(NULL, gm->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    gm->map = m;
+    assert_int_equal(mprotect(m, page, PROT_NONE), 0);
+    assert_int_equal(mprotect(m + page + bytes, page, PROT_NONE), 0);
+    return (float *)(at_start ? m + page : m + page + bytes - n * sizeof(float));
+}
+
+static inline void tl_guard_free(tl_guard *gm) { munmap(gm->map, gm->len); }
 
 #endif
