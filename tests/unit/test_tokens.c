@@ -253,25 +253,41 @@ static void test_non_token_layer_norm_and_dense_unchanged(void **state)
     tl_model_free(&m);
 }
 
-// layer_norm's backward on AVX2 (cpu_norm.c) promises the portable loops' bits: this is those
-// loops (4 double lanes per row, element j in lane j % 4, then (l0 + l1) + (l2 + l3); dgamma and
-// dbeta summed over rows in order in double). Widths with and without a tail of 4 and of 16.
-static void test_layer_norm_backward_bits_are_the_portable_loops(void **state)
+// layer_norm on AVX2 (cpu_norm.c) promises the portable loops' bits: this is those loops (4
+// double lanes per row, element j in lane j % 4, then (l0 + l1) + (l2 + l3); dgamma and dbeta
+// summed over rows in order in double). Widths with and without a tail of 4, 8 and 16.
+static void test_layer_norm_bits_are_the_portable_loops(void **state)
 {
     (void)state;
     const gl_backend *be = backend_cpu();
-    const int64_t widths[] = {192, 30, 19, 16, 3};
-    for (int w = 0; w < 5; w++) {
+    const int64_t widths[] = {192, 30, 19, 16, 12, 3};
+    for (int w = 0; w < 6; w++) {
         const int64_t n = 37, k = widths[w];
         float *x = falloc(n * k), *dy = falloc(n * k), *gm = falloc(k), *bt = falloc(k), *saved = falloc(2 * n);
-        float *y = falloc(n * k), *dx = falloc(n * k), *dg = falloc(k), *db = falloc(k), *want = falloc(n * k);
+        float *y = falloc(n * k), *dx = falloc(n * k), *dg = falloc(k), *db = falloc(k), *want = falloc(n * k + 2 * n);
         tl_fill_uniform(x, n * k, -2.0f, 3.0f, 60 + w);
         tl_fill_uniform(dy, n * k, -1.0f, 1.0f, 70 + w);
         tl_fill_uniform(gm, k, 0.5f, 1.5f, 80 + w);
         tl_fill_uniform(bt, k, -0.5f, 0.5f, 90 + w);
         tl_fill_uniform(dx, n * k, -1.0f, 1.0f, 100 + w);
-        memcpy(want, dx, sizeof(float) * (size_t)(n * k));
         be->layer_norm_forward(n, k, x, gm, bt, 1e-5f, saved, y);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xp = x + i * k;
+            double ls[4] = {0}, lq[4] = {0};
+            for (int64_t j = 0; j < k; j++) ls[j % 4] += xp[j];
+            const double mean = ((ls[0] + ls[1]) + (ls[2] + ls[3])) / (double)k;
+            for (int64_t j = 0; j < k; j++) lq[j % 4] += (xp[j] - mean) * (xp[j] - mean);
+            const double inv = 1.0 / sqrt(((lq[0] + lq[1]) + (lq[2] + lq[3])) / (double)k + (double)1e-5f);
+            const float mu = (float)mean, is = (float)inv;
+            want[2 * i] = mu, want[2 * i + 1] = is;
+            for (int64_t j = 0; j < k; j++) want[2 * n + i * k + j] = (xp[j] - mu) * is * gm[j] + bt[j];
+        }
+        for (int64_t i = 0; i < n; i++) {
+            check_bitwise("layer_norm mean", &saved[i], &want[2 * i], 1);
+            check_bitwise("layer_norm 1/std", &saved[n + i], &want[2 * i + 1], 1);
+        }
+        check_bitwise("layer_norm y", y, want + 2 * n, n * k);
+        memcpy(want, dx, sizeof(float) * (size_t)(n * k));
         be->layer_norm_backward(n, k, x, dy, gm, saved, dg, db, dx);
         for (int64_t i = 0; i < n; i++) {
             const float *xp = x + i * k, *dyp = dy + i * k, mu = saved[i], is = saved[n + i];
@@ -550,7 +566,7 @@ int main(void)
         cmocka_unit_test(test_unpatch_matches_tutorial_head_by_hand),
         cmocka_unit_test(test_unpatch_matches_tutorial_head_at_random),
         cmocka_unit_test(test_layer_norm_on_tokens_normalises_each_token),
-        cmocka_unit_test(test_layer_norm_backward_bits_are_the_portable_loops),
+        cmocka_unit_test(test_layer_norm_bits_are_the_portable_loops),
         cmocka_unit_test(test_non_token_layer_norm_and_dense_unchanged),
         cmocka_unit_test(test_dense_on_tokens_acts_per_token),
         cmocka_unit_test(test_pos_embed_class_token_layout),

@@ -144,47 +144,55 @@ void cpu_batch_norm_backward(int64_t n, int64_t c, int64_t s, const float *x, co
 
 // Layer norm's row sums run in 4 double lanes, element j in lane j % 4, then (l0 + l1) + (l2 +
 // l3): an order fixed by the row length alone (not by alignment, vector width or thread), which
-// GCC turns into one AVX2 vector of doubles. One serial double sum per row was latency-bound:
-// layer norm was 6% of a vit-tiny step.
+// the AVX2 versions below hold in one vector of doubles. One serial double sum per row was
+// latency-bound: layer norm was 6% of a vit-tiny step.
 static inline double lanes_total(const double l[4]) { return (l[0] + l[1]) + (l[2] + l[3]); }
 
-// x, y are (N,K); gamma, beta are (K) or NULL; saved is (2N): mean, 1/sqrt(var+eps) per row
-void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
-                            float *saved, float *y) {
-#pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
-    for (int64_t i = 0; i < n; i++) {
-        const float *xp = x + i * k;
-        float *yp = y + i * k;
-        const int64_t k4 = k & ~(int64_t)3;
-        double ls[4] = {0}, lq[4] = {0};
-        for (int64_t j = 0; j < k4; j += 4)
-            for (int l = 0; l < 4; l++) ls[l] += xp[j + l];
-        for (int64_t j = k4; j < k; j++) ls[j - k4] += xp[j];
-        double mean = lanes_total(ls) / (double)k;
-        for (int64_t j = 0; j < k4; j += 4)
-            for (int l = 0; l < 4; l++) lq[l] += (xp[j + l] - mean) * (xp[j + l] - mean);
-        for (int64_t j = k4; j < k; j++) lq[j - k4] += (xp[j] - mean) * (xp[j] - mean);
-        double sq = lanes_total(lq);
-        double inv = 1.0 / sqrt(sq / (double)k + (double)eps);
-        saved[i] = (float)mean;
-        saved[n + i] = (float)inv;
-        float mu = (float)mean, is = (float)inv;
-        for (int64_t j = 0; j < k; j++) {
-            float v = (xp[j] - mu) * is;
-            yp[j] = gamma ? v * gamma[j] + beta[j] : v;
-        }
-    }
-}
-
-// Layer norm's backward on AVX2 (also on AVX-512 CPUs): the portable loops below compile to SSE2
-// in this -O2 build without -march (two doubles a vector, scalar conversions): 23.2 ms of a 390
-// ms 2-thread vit-tiny step on a 2-core Xeon, 11.7 ms with these (20 steps timed per layer). The
-// same operations in the same order, lane for lane (the sums' lane j % 4 is one of the 4 doubles
-// of a vector; no fused multiply-adds, as in the C build), so the same bits as the loops below
-// (test_tokens checks them against those loops).
+// Layer norm on AVX2 (also on AVX-512 CPUs): the portable loops below compile to SSE2 in this
+// -O2 build without -march (two doubles a vector, scalar conversions). Backward took 23.2 ms of
+// a 390 ms 2-thread vit-tiny step on a 2-core Xeon, 11.7 ms with these (20 steps timed per
+// layer). The same operations in the same order, lane for lane (the sums' lane j % 4 is one of
+// the 4 doubles of a vector; no fused multiply-adds, as in the C build), so the same bits as the
+// loops below (test_tokens checks them against those loops).
 #if defined(__x86_64__) && defined(__GNUC__)
 #define LN_AVX2 __attribute__((target("avx2,fma")))
 #define LN_BUILT 1
+
+// One row forward: mean and 1/sqrt(var + eps) (in double, lanes as below), y = xhat * gamma + beta.
+// 1.9% of a 2-thread vit-tiny step in its portable (SSE2) form, in perf on the Xeon.
+LN_AVX2 static void ln_row_forward_avx2(int64_t k, const float *xp, const float *gamma, const float *beta, float eps,
+                                        float *mean_out, float *inv_out, float *yp) {
+    const int64_t k4 = k & ~(int64_t)3;
+    __m256d s = _mm256_setzero_pd();
+    for (int64_t j = 0; j < k4; j += 4) s = _mm256_add_pd(s, _mm256_cvtps_pd(_mm_loadu_ps(xp + j)));
+    double ls[4], lq[4];
+    _mm256_storeu_pd(ls, s);
+    for (int64_t j = k4; j < k; j++) ls[j - k4] += xp[j];
+    const double mean = lanes_total(ls) / (double)k;
+    const __m256d m4 = _mm256_set1_pd(mean);
+    __m256d q = _mm256_setzero_pd();
+    for (int64_t j = 0; j < k4; j += 4) {
+        const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(xp + j)), m4);
+        q = _mm256_add_pd(q, _mm256_mul_pd(d, d));
+    }
+    _mm256_storeu_pd(lq, q);
+    for (int64_t j = k4; j < k; j++) lq[j - k4] += (xp[j] - mean) * (xp[j] - mean);
+    const double inv = 1.0 / sqrt(lanes_total(lq) / (double)k + (double)eps);
+    *mean_out = (float)mean, *inv_out = (float)inv;
+    const float mu = (float)mean, is = (float)inv;
+    const __m256 mu8 = _mm256_set1_ps(mu), is8 = _mm256_set1_ps(is);
+    const int64_t k8 = k & ~(int64_t)7;
+    for (int64_t j = 0; j < k8; j += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(xp + j), mu8), is8);
+        _mm256_storeu_ps(yp + j, gamma ? _mm256_add_ps(_mm256_mul_ps(v, _mm256_loadu_ps(gamma + j)),
+                                                       _mm256_loadu_ps(beta + j))
+                                       : v);
+    }
+    for (int64_t j = k8; j < k; j++) {
+        const float v = (xp[j] - mu) * is;
+        yp[j] = gamma ? v * gamma[j] + beta[j] : v;
+    }
+}
 
 // One row: dx += is * (g - a - xhat * b), g = dy * gamma, a = mean(g), b = mean(g * xhat).
 LN_AVX2 static void ln_row_backward_avx2(int64_t k, const float *xp, const float *dyp, const float *gamma, float mu,
@@ -250,6 +258,43 @@ LN_AVX2 static void ln_cols_backward_avx2(int64_t n, int64_t k, const float *x, 
 #else
 #define LN_BUILT 0
 #endif
+
+// x, y are (N,K); gamma, beta are (K) or NULL; saved is (2N): mean, 1/sqrt(var+eps) per row
+void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *gamma, const float *beta, float eps,
+                            float *saved, float *y) {
+    const bool avx2 = cpu_conv_fast_isa() != CPU_ISA_NONE;
+    (void)avx2;
+#pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
+    for (int64_t i = 0; i < n; i++) {
+        const float *xp = x + i * k;
+        float *yp = y + i * k;
+#if LN_BUILT
+        if (avx2) {
+            ln_row_forward_avx2(k, xp, gamma, beta, eps, &saved[i], &saved[n + i], yp);
+            continue;
+        }
+#endif
+        const int64_t k4 = k & ~(int64_t)3;
+        double ls[4] = {0}, lq[4] = {0};
+        for (int64_t j = 0; j < k4; j += 4)
+            for (int l = 0; l < 4; l++) ls[l] += xp[j + l];
+        for (int64_t j = k4; j < k; j++) ls[j - k4] += xp[j];
+        double mean = lanes_total(ls) / (double)k;
+        for (int64_t j = 0; j < k4; j += 4)
+            for (int l = 0; l < 4; l++) lq[l] += (xp[j + l] - mean) * (xp[j + l] - mean);
+        for (int64_t j = k4; j < k; j++) lq[j - k4] += (xp[j] - mean) * (xp[j] - mean);
+        double sq = lanes_total(lq);
+        double inv = 1.0 / sqrt(sq / (double)k + (double)eps);
+        saved[i] = (float)mean;
+        saved[n + i] = (float)inv;
+        float mu = (float)mean, is = (float)inv;
+        for (int64_t j = 0; j < k; j++) {
+            float v = (xp[j] - mu) * is;
+            yp[j] = gamma ? v * gamma[j] + beta[j] : v;
+        }
+    }
+}
+
 
 // x, dy, dx are (N,K); gamma, dgamma, dbeta are (K) or NULL; saved as written by forward.
 // dx = inv * (g - mean(g) - xhat * mean(g xhat)) with g = dy * gamma, per row.
