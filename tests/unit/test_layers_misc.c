@@ -957,9 +957,47 @@ static void test_relu_passes_equal_the_scalar_definitions(void **state)
     be->set_threads(2);
 }
 
+// GELU (cpu_gelu.c: libmvec's erff and expf 16 or 8 lanes at a time) against the erf formula in
+// double, forward and backward; an element's bits depend only on its value (not on its place in a
+// vector block, the padded tail included) and not on the thread count.
+static void test_gelu_matches_the_erf_formula(void **state)
+{
+    (void)state;
+    const gl_backend *be = backend_cpu();
+    enum { NG = 70001 };  // blocks of 16 and of 8, and a tail
+    float *x = malloc(sizeof(float) * NG), *y = malloc(sizeof(float) * NG), *dy = malloc(sizeof(float) * NG);
+    float *dx = malloc(sizeof(float) * NG), *y2 = malloc(sizeof(float) * NG), *dx2 = malloc(sizeof(float) * NG);
+    tl_fill_uniform(x, NG, -7.0f, 7.0f, 301);
+    tl_fill_uniform(dy, NG, -1.0f, 1.0f, 302);
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 20.0f, x[3] = -20.0f;
+    for (int t = 1; t <= 2; t++) {
+        be->set_threads(t);
+        float *yt = t == 1 ? y : y2, *dxt = t == 1 ? dx : dx2;
+        be->act_forward(ACT_GELU, 0.0f, NG, x, yt);
+        for (int i = 0; i < NG; i++) dxt[i] = 0.25f;
+        be->act_backward(ACT_GELU, 0.0f, NG, x, dy, dxt);
+    }
+    be->set_threads(2);
+    assert_memory_equal(y, y2, sizeof(float) * NG);
+    assert_memory_equal(dx, dx2, sizeof(float) * NG);
+    for (int i = 0; i < NG; i++) {
+        const double v = x[i], cdf = 0.5 * (1.0 + erf(v / sqrt(2.0))), pdf = exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+        const double ry = v * cdf, rdx = 0.25 + dy[i] * (cdf + v * pdf);
+        if (!(fabs(y[i] - ry) <= 2e-6 * fmax(1.0, fabs(v))))
+            fail_msg("gelu(%.9g) = %.9g, the formula gives %.9g", v, y[i], ry);
+        if (!(fabs(dx[i] - rdx) <= 2e-6 * fmax(1.0, fabs(v))))
+            fail_msg("gelu backward at %.9g: %.9g, the formula gives %.9g", v, dx[i], rdx);
+    }
+    // The same values 5 places on (other block positions, another tail): the same bits.
+    be->act_forward(ACT_GELU, 0.0f, NG - 5, x, y2 + 5);
+    assert_memory_equal(y + 5, y2 + 5 + 5, sizeof(float) * (NG - 10));
+    free(x), free(y), free(dy), free(dx), free(y2), free(dx2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gelu_matches_the_erf_formula),
         cmocka_unit_test(test_max_pool_2d_matches_naive),
         cmocka_unit_test(test_max_pool_3d_matches_naive),
         cmocka_unit_test(test_avg_pool_2d_matches_naive),
