@@ -245,63 +245,80 @@ GF_256 static void gf_pack_t(const float *b, int64_t ldb, int64_t kn, float *p) 
 
 typedef void (*gf_tile_fn)(const gf_tile_job *t);
 
-// gf_task for op(a) = a^T and b in place (a weight gradient dy^T . x): a tile's 12 columns of a
+// One call's operands and its cut into tasks (row chunks of mc rows x groups of column blocks).
+typedef struct {
+    gf_tile_fn tile;
+    bool ta, tb, acc, by_rows;
+    int64_t m, n, k, lda, ldb, ldc;
+    const float *a, *b, *bias;
+    float *c;
+    cpu_store_act act;
+    int64_t mc, nrc, nbj, ngj;
+} gf_call;
+
+// The job of column block jb over k0 .. k0+kc-1 (op(a), op(b), c and r0 left to the caller); *j0
+// receives the block's first column (the last block moved back to end at n).
+static gf_tile_job gf_job(const gf_call *g, int64_t k0, int64_t kc, int64_t jb, int64_t *j0) {
+    const cpu_store_act none = {0};
+    *j0 = jb * GN + GN <= g->n ? jb * GN : g->n - GN;
+    return (gf_tile_job){.kc = kc, .lda = g->lda, .ldb = g->ldb, .ldc = g->ldc, .ta = g->ta,
+                         .s0 = (int)(jb * GN - *j0), .load = g->acc || k0 > 0,
+                         .bias = !g->acc && k0 == 0 && g->bias ? g->bias + *j0 : NULL,
+                         .act = k0 + kc == g->k ? g->act : none};
+}
+
+// A task for op(a) = a^T and b in place (a weight gradient dy^T . x): a tile's 12 columns of a
 // over a block of k lie a row of a apart (lda: a layer's width), so each row tile's block is
 // first copied to [kc][12] (pk) and then meets every column block of the task.
-static void gf_task_at(gf_tile_fn tile, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                       const float *b, int64_t ldb, bool acc, const float *bias, cpu_store_act act, float *c,
-                       int64_t ldc, int64_t i_lo, int64_t i_hi, int64_t jb_lo, int64_t jb_hi, float *pk) {
-    const cpu_store_act none = {0};
-    for (int64_t k0 = 0; k0 < k; k0 += GKC) {
-        const int64_t kc = k - k0 < GKC ? k - k0 : GKC;
+static void gf_task_at(const gf_call *g, int64_t i_lo, int64_t i_hi, int64_t jb_lo, int64_t jb_hi, float *pk) {
+    for (int64_t k0 = 0; k0 < g->k; k0 += GKC) {
+        const int64_t kc = g->k - k0 < GKC ? g->k - k0 : GKC;
         for (int64_t i = i_lo; i < i_hi; i += GM) {
-            const int64_t i0 = i + GM <= m ? i : m - GM;
-            for (int64_t q = 0; q < kc; q++) memcpy(pk + q * GM, a + (k0 + q) * lda + i0, sizeof(float) * GM);
+            const int64_t i0 = i + GM <= g->m ? i : g->m - GM;
+            for (int64_t q = 0; q < kc; q++) memcpy(pk + q * GM, g->a + (k0 + q) * g->lda + i0, sizeof(float) * GM);
             for (int64_t jb = jb_lo; jb < jb_hi; jb++) {
-                const int64_t j0 = jb * GN + GN <= n ? jb * GN : n - GN;
-                const gf_tile_job t = {.kc = kc, .lda = GM, .ldb = ldb, .ldc = ldc, .ta = true, .a = pk,
-                                       .b = b + k0 * ldb + j0, .c = c + i0 * ldc + j0, .r0 = (int)(i - i0),
-                                       .s0 = (int)(jb * GN - j0), .load = acc || k0 > 0,
-                                       .bias = !acc && k0 == 0 && bias ? bias + j0 : NULL,
-                                       .act = k0 + kc == k ? act : none};
-                tile(&t);
+                int64_t j0;
+                gf_tile_job t = gf_job(g, k0, kc, jb, &j0);
+                t.lda = GM, t.a = pk, t.b = g->b + k0 * g->ldb + j0, t.c = g->c + i0 * g->ldc + j0;
+                t.r0 = (int)(i - i0);
+                g->tile(&t);
             }
         }
     }
 }
 
-// One task: C's rows [i_lo, i_hi) (whole tiles but for C's last, moved back to end at m) and
-// column blocks [jb_lo, jb_hi), over all of k: per block of k, each column block's op(b) (packed
-// once) meets every row tile, so the task's rows of op(a) for the block (GMC x GKC) and its rows
-// of op(b) stay in L2 across column blocks.
-static void gf_task(gf_tile_fn tile, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
-                    int64_t lda, const float *b, int64_t ldb, bool acc, const float *bias, cpu_store_act act,
-                    float *c, int64_t ldc, int64_t i_lo, int64_t i_hi, int64_t jb_lo, int64_t jb_hi) {
+// Task q: C's rows [i_lo, i_hi) (whole tiles but for C's last, moved back to end at m) and column
+// blocks [jb_lo, jb_hi), over all of k: per block of k, each column block's op(b) (packed once)
+// meets every row tile, so the task's rows of op(a) for the block (GMC x GKC) and its rows of
+// op(b) stay in L2 across column blocks. Tasks run in order along C's rows (by_rows: a weight
+// gradient's, whose rows optim_owner gives the same thread to update) or its columns (a
+// forward's units): static runs of them, so a thread meets the same part of C at every step.
+static void gf_task(const gf_call *g, int64_t q) {
+    const int64_t rc = g->by_rows ? q / g->ngj : q % g->nrc, jg = g->by_rows ? q % g->ngj : q / g->nrc;
+    const int64_t i_lo = rc * g->mc, i_hi = i_lo + g->mc < g->m ? i_lo + g->mc : g->m;
+    const int64_t jb_lo = jg * g->nbj / g->ngj, jb_hi = (jg + 1) * g->nbj / g->ngj;
     float panel[GKC * GN] __attribute__((aligned(64)));
-    const cpu_store_act none = {0};
-    if (ta && !tb) {  // a weight gradient: pack op(a)'s tiles instead (see gf_task_at)
-        gf_task_at(tile, m, n, k, a, lda, b, ldb, acc, bias, act, c, ldc, i_lo, i_hi, jb_lo, jb_hi, panel);
+    if (g->ta && !g->tb) {  // a weight gradient: pack op(a)'s tiles instead
+        gf_task_at(g, i_lo, i_hi, jb_lo, jb_hi, panel);
         return;
     }
-    for (int64_t k0 = 0; k0 < k; k0 += GKC) {
-        const int64_t kc = k - k0 < GKC ? k - k0 : GKC;
+    for (int64_t k0 = 0; k0 < g->k; k0 += GKC) {
+        const int64_t kc = g->k - k0 < GKC ? g->k - k0 : GKC;
         for (int64_t jb = jb_lo; jb < jb_hi; jb++) {
-            const int64_t j0 = jb * GN + GN <= n ? jb * GN : n - GN;
-            gf_tile_job t = {.kc = kc, .lda = lda, .ldb = tb ? GN : ldb, .ldc = ldc, .ta = ta,
-                             .s0 = (int)(jb * GN - j0), .load = acc || k0 > 0,
-                             .bias = !acc && k0 == 0 && bias ? bias + j0 : NULL, .act = k0 + kc == k ? act : none};
+            int64_t j0;
+            gf_tile_job t = gf_job(g, k0, kc, jb, &j0);
 #if GF_BUILT
-            if (tb) gf_pack_t(b + j0 * ldb + k0, ldb, kc, panel), t.b = panel;
-            else t.b = b + k0 * ldb + j0;
+            if (g->tb) gf_pack_t(g->b + j0 * g->ldb + k0, g->ldb, kc, panel), t.b = panel, t.ldb = GN;
+            else t.b = g->b + k0 * g->ldb + j0;
 #else
             (void)panel;
 #endif
             for (int64_t i = i_lo; i < i_hi; i += GM) {
-                const int64_t i0 = i + GM <= m ? i : m - GM;
+                const int64_t i0 = i + GM <= g->m ? i : g->m - GM;
                 t.r0 = (int)(i - i0);
-                t.a = ta ? a + k0 * lda + i0 : a + i0 * lda + k0;
-                t.c = c + i0 * ldc + j0;
-                tile(&t);
+                t.a = g->ta ? g->a + k0 * g->lda + i0 : g->a + i0 * g->lda + k0;
+                t.c = g->c + i0 * g->ldc + j0;
+                g->tile(&t);
             }
         }
     }
@@ -317,38 +334,27 @@ bool cpu_gemm_fast_isa(int isa, bool ta, bool tb, int64_t m, int64_t n, int64_t 
     (void)isa;
 #endif
     if (!tile || m < GM || n < GN || k < 1) return false;
+    gf_call g = {.tile = tile, .ta = ta, .tb = tb, .acc = acc, .by_rows = by_rows, .m = m, .n = n, .k = k,
+                 .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b, .bias = bias, .c = c, .act = act};
     // Row chunks of GMC rows and column groups of at most GJB blocks (sizes differing by at most
     // one), more groups while that leaves fewer than 8 tasks. A weight gradient (gf_task_at) packs
     // op(a) per row tile, which pays when the tile meets many column blocks: there the rows are
     // cut finer (8 chunks where M allows) and the columns kept whole up to GJB_AT blocks.
     const bool at = ta && !tb;
-    const int64_t tiles = (m + GM - 1) / GM, nbj = (n + GN - 1) / GN;
-    int64_t mc = GMC;
-    if (at) mc = GM * ((tiles + 7) / 8), mc = mc < GMC ? mc : GMC;
-    const int64_t nrc = (m + mc - 1) / mc, gjb = at ? GJB_AT : GJB;
-    int64_t ngj = (nbj + gjb - 1) / gjb;
-    while (ngj < nbj && nrc * ngj < 8) ngj++;
-    const int64_t tasks = nrc * ngj;
-    const bool par = tasks > 1 && !omp_in_parallel() && (double)m * (double)n * (double)k >= 131072.0;
-    // Tasks in order along C's rows (by_rows: a weight gradient's, whose rows optim_owner gives
-    // the same thread to update) or its columns (a forward's units): static runs of them, so a
-    // thread meets the same part of C at every step.
-#define GF_TASK(q)                                                                                         \
-    {                                                                                                      \
-        const int64_t rc = by_rows ? (q) / ngj : (q) % nrc, jg = by_rows ? (q) % ngj : (q) / nrc;          \
-        const int64_t i_lo = rc * mc, i_hi = i_lo + mc < m ? i_lo + mc : m;                                \
-        gf_task(tile, ta, tb, m, n, k, a, lda, b, ldb, acc, bias, act, c, ldc, i_lo, i_hi, jg * nbj / ngj, \
-                (jg + 1) * nbj / ngj);                                                                     \
-    }
-    if (par) {
+    const int64_t tiles = (m + GM - 1) / GM, gjb = at ? GJB_AT : GJB;
+    g.mc = at && GM * ((tiles + 7) / 8) < GMC ? GM * ((tiles + 7) / 8) : GMC;
+    g.nrc = (m + g.mc - 1) / g.mc, g.nbj = (n + GN - 1) / GN;
+    g.ngj = (g.nbj + gjb - 1) / gjb;
+    while (g.ngj < g.nbj && g.nrc * g.ngj < 8) g.ngj++;
+    const int64_t tasks = g.nrc * g.ngj;
+    if (tasks > 1 && !omp_in_parallel() && (double)m * (double)n * (double)k >= 131072.0) {
 #pragma omp parallel for schedule(static)
-        for (int64_t q = 0; q < tasks; q++) GF_TASK(q)
+        for (int64_t q = 0; q < tasks; q++) gf_task(&g, q);
     } else {
         // Small, or inside another parallel loop (the attention's tiles): no OpenMP region, whose
         // start and end cost about a microsecond even for one thread.
-        for (int64_t q = 0; q < tasks; q++) GF_TASK(q)
+        for (int64_t q = 0; q < tasks; q++) gf_task(&g, q);
     }
-#undef GF_TASK
     return true;
 }
 
