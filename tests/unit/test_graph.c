@@ -319,7 +319,7 @@ static void test_first_writers_write_gradients_whole(void **state)
                        "    - {type: add, inputs: [r2, p1], name: res}\n"
                        "    - {type: max_pool, kernel: 2, name: p2}\n"
                        "    - {type: tanh, name: t}\n"
-                       "    - {type: flatten}\n"
+                       "    - {type: flatten, name: fl}\n"
                        "    - {type: dense, units: 3, name: head}\n",
                    (gl_shape){3, {2, 9, 9}});
     gl_graph *g = &m.g;
@@ -335,26 +335,29 @@ static void test_first_writers_write_gradients_whole(void **state)
     // 1: the CPU backend's set kernels
     fill_grads_nan(g);
     backward_with(&c);
-    // written whole: the inputs of t, p2, r2, p1 and r1 (each its input's last reader); p1's output
-    // feeds c2 and res: res (an add, no sets_grad) clears it and adds, then c2 adds
-    const char *const whole[] = {"t", "p2", "r2", "p1", "r1"};
+    // written whole: the inputs of fl (a flatten), t, p2, r2, p1 and r1 (each its input's last
+    // reader), and both of res's: p1's output feeds c2 and res, res (an add) writes it, then c2 adds
+    const char *const whole[] = {"fl", "t", "p2", "res", "r2", "p1", "r1"};
     int sets = 0;
     for (int i = 0; i < g->nlayers; i++) sets += g->layers[i].grad_set[0];
-    assert_int_equal(sets, 5);
-    for (int i = 0; i < 5; i++) assert_true(g->layers[tl_layer(g, whole[i])].grad_set[0]);
+    assert_int_equal(sets, 7);
+    for (int i = 0; i < 7; i++) assert_true(g->layers[tl_layer(g, whole[i])].grad_set[0]);
+    assert_true(g->layers[tl_layer(g, "res")].grad_set[1]);
     memcpy(gw, g->grads, sizeof(float) * (size_t)ng);
     for (int i = 0, o = 0; i < g->nlayers; i++) {
         memcpy(ga + o, g->layers[i].out.grad, sizeof(float) * (size_t)(N * g->layers[i].out.size));
         o += (int)(N * g->layers[i].out.size);
     }
-    // 2: without them, the graph clears and the layers add
+    // 2: without them, the graph clears and the activations and pools add (the add and the flatten
+    // copy on any backend: test_add_and_flatten_set_what_they_add checks both ways)
     gl_backend plain = *backend_cpu();
     plain.act_backward_set = NULL;
     plain.max_pool_backward_set = NULL;
     g->be = &plain;
     fill_grads_nan(g);
     backward_with(&c);
-    for (int i = 0; i < g->nlayers; i++) assert_false(g->layers[i].grad_set[0]);
+    for (int i = 0; i < g->nlayers; i++)
+        assert_true(g->layers[i].grad_set[0] == (i == tl_layer(g, "res") || i == tl_layer(g, "fl")));
     for (int64_t i = 0; i < ng; i++)
         if (memcmp(&gw[i], &g->grads[i], sizeof(float)) || isnan(gw[i]))
             fail_msg("grads[%lld]: %a written whole, %a cleared and added", (long long)i, gw[i], g->grads[i]);
@@ -369,6 +372,55 @@ static void test_first_writers_write_gradients_whole(void **state)
     }
     g->be = backend_cpu();
     free(gw), free(ga);
+    tl_model_free(&m);
+}
+
+// The add and the flatten write an input's gradient whole (grad_set) or add to it: the same bits
+// either way, dx = dy against 0 + dy, for every input of a residual add and a flatten, whatever
+// the gradient held before (NaN where it is written whole).
+static void test_add_and_flatten_set_what_they_add(void **state)
+{
+    (void)state;
+    tl_model m;
+    build_kept(&m, "    - {type: dense, units: 6, name: d1}\n"
+                   "    - {type: tanh, name: t1}\n"
+                   "    - {type: dense, units: 6, name: d2}\n"
+                   "    - {type: add, inputs: [d2, t1], name: res}\n"
+                   "    - {type: flatten, name: fl}\n"
+                   "    - {type: dense, units: 3, name: head}\n",
+               (gl_shape){1, {5}});
+    gl_graph *g = &m.g;
+    tl_fill_uniform(g->input.data, N * g->input.size, -1, 1, 80);
+    tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 81);
+    float r[N * 3];
+    tl_fill_uniform(r, N * 3, -1, 1, 82);
+    wctx c = {g, r};
+    backward_with(&c);
+    const char *const names[] = {"res", "fl"};
+    for (int q = 0; q < 2; q++) {
+        layer_t *l = &g->layers[tl_layer(g, names[q])];
+        assert_true(l->grad_set[0]);
+        for (int k = 0; k < l->nin; k++) {
+            const int64_t len = N * l->in[k]->size;
+            float *set = malloc(sizeof(float) * (size_t)len);
+            bool saved[8];
+            for (int j = 0; j < l->nin; j++) saved[j] = l->grad_set[j];
+            // written whole over NaN, then cleared and added to
+            for (int j = 0; j < l->nin; j++) l->grad_set[j] = true;
+            for (int64_t i = 0; i < len; i++) l->in[k]->grad[i] = NAN;
+            l->kind->backward(l, g->be, N);
+            memcpy(set, l->in[k]->grad, sizeof(float) * (size_t)len);
+            for (int j = 0; j < l->nin; j++) l->grad_set[j] = false;
+            memset(l->in[k]->grad, 0, sizeof(float) * (size_t)len);
+            l->kind->backward(l, g->be, N);
+            for (int64_t i = 0; i < len; i++)
+                if (memcmp(&set[i], &l->in[k]->grad[i], sizeof(float)) || isnan(set[i]))
+                    fail_msg("%s input %d [%lld]: %a written whole, %a added", names[q], k, (long long)i, set[i],
+                             l->in[k]->grad[i]);
+            for (int j = 0; j < l->nin; j++) l->grad_set[j] = saved[j];
+            free(set);
+        }
+    }
     tl_model_free(&m);
 }
 
@@ -884,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_backward_ignores_a_dead_branch),
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
+        cmocka_unit_test(test_add_and_flatten_set_what_they_add),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),

@@ -52,6 +52,7 @@ void cpu_row_sum(int64_t n, int64_t m, int64_t len, float scale, const float *sr
         memset(acc, 0, sizeof acc);
         for (int64_t r = 0; r < m; r++) {
             const float *sp = src + (i * m + r) * src_stride + j0;
+#pragma omp simd
             for (int64_t j = 0; j < jn; j++) acc[j] += sp[j];
         }
         float *dp = dst + i * len + j0;
@@ -69,10 +70,13 @@ void cpu_row_spread(int64_t n, int64_t m, int64_t len, float scale, const float 
     for (int64_t row = 0; row < n * m; row++) {
         const float *sp = src + (row / m) * len;
         float *dp = dst + row * dst_stride;
-        if (accumulate)
+        if (accumulate) {
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dp[j] += scale * sp[j];
-        else
+        } else {
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dp[j] = scale * sp[j];
+        }
     }
 }
 
@@ -82,9 +86,12 @@ void cpu_row_scale(int64_t rows, int64_t len, const float *s, const float *src, 
     for (int64_t r = 0; r < rows; r++) {
         const float a = s[r], *sp = src + r * len;
         float *dp = dst + r * len;
-        if (accumulate)
+        if (accumulate) {
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dp[j] += a * sp[j];
-        else
+        } else {
+#pragma omp simd
             for (int64_t j = 0; j < len; j++) dp[j] = a * sp[j];
+        }
     }
 }

@@ -36,14 +36,32 @@ static int add_infer(layer_t *l, char *err, size_t errlen) {
 
 static void add_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
-    int64_t count = n * l->out.size;
-    be->copy_rows(1, count, l->in[0]->data, 0, l->out.data, 0, 0);
+    int64_t count = n * l->out.size, len = l->out.size;
+    // One row a sample: the CPU's copy_rows runs rows in parallel (a single row of the whole
+    // batch was one thread's memcpy).
+    be->copy_rows(n, len, l->in[0]->data, len, l->out.data, len, 0);
     for (int j = 1; j < l->nin; j++) be->axpy(count, 1.0f, l->in[j]->data, l->out.data);
 }
 
+// dx_j += dy, or dx_j = dy where the graph lets this layer write the gradient first (grad_set:
+// no clearing pass before it, and one pass instead of a read-add-write). Each element is then
+// dy itself rather than 0 + dy: the same value (but for the sign of a zero). Measured on a 2-core
+// Xeon (vit-tiny's 12 adds, 2 threads, 30 steps, 3 alternating runs), with the forward's copy
+// in parallel and the CPU's axpy vectorised: forward 0.258-0.282 -> 0.135-0.143 s, backward
+// 0.247-0.277 -> 0.093-0.101 s (of 13-15 s).
 static void add_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    for (int j = 0; j < l->nin; j++)
-        if (l->in[j]->grad) be->axpy(n * l->out.size, 1.0f, l->out.grad, l->in[j]->grad);
+    for (int j = 0; j < l->nin; j++) {
+        if (!l->in[j]->grad) continue;
+        if (l->grad_set[j])
+            be->copy_rows(n, l->out.size, l->out.grad, l->out.size, l->in[j]->grad, l->out.size, 0);
+        else
+            be->axpy(n * l->out.size, 1.0f, l->out.grad, l->in[j]->grad);
+    }
+}
+
+static bool add_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)l, (void)be, (void)k;
+    return true;
 }
 
 const layer_kind layer_add = {
@@ -55,6 +73,7 @@ const layer_kind layer_add = {
     .infer = add_infer,
     .forward = add_forward,
     .backward = add_backward,
+    .sets_grad = add_sets_grad,
 };
 
 // ---- concat -----------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ static void pos_embed_forward(layer_t *l, const gl_backend *be, int64_t n, bool 
         be->copy_rows(n, d, l->w + to, 0, l->out.data, to, 0);  // cls (stride 0: the same row each time)
         be->copy_rows(n, ti, l->in[0]->data, ti, l->out.data + d, to, 0);
     } else {
-        be->copy_rows(1, n * ti, l->in[0]->data, 0, l->out.data, 0, 0);
+        be->copy_rows(n, ti, l->in[0]->data, ti, l->out.data, ti, 0);  // a row a sample: in parallel
     }
     be->row_spread(1, n, to, 1.0f, l->w, l->out.data, to, 1);
 }

@@ -18,14 +18,26 @@ static int flatten_infer(layer_t *l, char *err, size_t errlen) {
     return 0;
 }
 
+// A copy, one row a sample (the CPU's copy_rows runs rows in parallel).
 static void flatten_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
-    be->copy_rows(1, n * l->out.size, l->in[0]->data, 0, l->out.data, 0, 0);
+    const int64_t len = l->out.size;
+    be->copy_rows(n, len, l->in[0]->data, len, l->out.data, len, 0);
 }
 
+// dx += dy, or dx = dy where this layer writes dx first (grad_set: no clearing pass before).
 static void flatten_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
-    be->axpy(n * l->out.size, 1.0f, l->out.grad, l->in[0]->grad);
+    const int64_t len = l->out.size;
+    if (l->grad_set[0])
+        be->copy_rows(n, len, l->out.grad, len, l->in[0]->grad, len, 0);
+    else
+        be->axpy(n * len, 1.0f, l->out.grad, l->in[0]->grad);
+}
+
+static bool flatten_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)l, (void)be, (void)k;
+    return true;
 }
 
 const layer_kind layer_flatten = {
@@ -37,6 +49,7 @@ const layer_kind layer_flatten = {
     .infer = flatten_infer,
     .forward = flatten_forward,
     .backward = flatten_backward,
+    .sets_grad = flatten_sets_grad,
 };
 
 // ---- upsample -------------------------------------------------------------------------------------
