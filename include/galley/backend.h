@@ -140,6 +140,10 @@ typedef struct gl_backend {
     // dW[U,K] = dy^T . x, db[U] = sum_n dy, dx[N,K] += dy . W (dx may be NULL)
     void (*dense_backward)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                            const float *dy, float *dw, float *db, float *dx);
+    // Optional (NULL: the graph clears dx and calls dense_backward): the same with dx = dy . W
+    // written, for a dx that this call writes first (not cleared by the graph): the same bits.
+    void (*dense_backward_set)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
+                               const float *dy, float *dw, float *db, float *dx);
     // y[i] = act(x[i]) over n elements; alpha is leaky_relu's slope
     void (*act_forward)(gl_act act, float alpha, int64_t n, const float *x, float *y);
     // dx[i] += dy[i] * act'(x[i])

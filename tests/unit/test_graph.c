@@ -335,24 +335,25 @@ static void test_first_writers_write_gradients_whole(void **state)
     // 1: the CPU backend's set kernels
     fill_grads_nan(g);
     backward_with(&c);
-    // written whole: the inputs of fl (a flatten), t, p2, r2, p1 and r1 (each its input's last
+    // written whole: the inputs of head (a dense), fl (a flatten), t, p2, r2, p1 and r1 (each its input's last
     // reader), and both of res's: p1's output feeds c2 and res, res (an add) writes it, then c2 adds
-    const char *const whole[] = {"fl", "t", "p2", "res", "r2", "p1", "r1"};
+    const char *const whole[] = {"head", "fl", "t", "p2", "res", "r2", "p1", "r1"};
     int sets = 0;
     for (int i = 0; i < g->nlayers; i++) sets += g->layers[i].grad_set[0];
-    assert_int_equal(sets, 7);
-    for (int i = 0; i < 7; i++) assert_true(g->layers[tl_layer(g, whole[i])].grad_set[0]);
+    assert_int_equal(sets, 8);
+    for (int i = 0; i < 8; i++) assert_true(g->layers[tl_layer(g, whole[i])].grad_set[0]);
     assert_true(g->layers[tl_layer(g, "res")].grad_set[1]);
     memcpy(gw, g->grads, sizeof(float) * (size_t)ng);
     for (int i = 0, o = 0; i < g->nlayers; i++) {
         memcpy(ga + o, g->layers[i].out.grad, sizeof(float) * (size_t)(N * g->layers[i].out.size));
         o += (int)(N * g->layers[i].out.size);
     }
-    // 2: without them, the graph clears and the activations and pools add (the add and the flatten
-    // copy on any backend: test_add_and_flatten_set_what_they_add checks both ways)
+    // 2: without them, the graph clears and the activations, pools and dense add (the add and the flatten
+    // copy on any backend: test_set_gradients_equal_added_ones checks both ways)
     gl_backend plain = *backend_cpu();
     plain.act_backward_set = NULL;
     plain.max_pool_backward_set = NULL;
+    plain.dense_backward_set = NULL;
     g->be = &plain;
     fill_grads_nan(g);
     backward_with(&c);
@@ -375,29 +376,20 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
-// The add and the flatten write an input's gradient whole (grad_set) or add to it: the same bits
-// either way, dx = dy against 0 + dy, for every input of a residual add and a flatten, whatever
-// the gradient held before (NaN where it is written whole).
-static void test_add_and_flatten_set_what_they_add(void **state)
+// Each layer kind that can write an input's gradient whole (grad_set) gives the bits of adding
+// to a cleared one: dx = dy against 0 + dy for the add and the flatten, dx = dy . W written
+// against added for the dense and the attention (dense_backward_set), whatever dx held before
+// (NaN where it is written whole). A vector model and a token model.
+static void check_set_equals_add(gl_graph *g, const char *const *names, int count)
 {
-    (void)state;
-    tl_model m;
-    build_kept(&m, "    - {type: dense, units: 6, name: d1}\n"
-                   "    - {type: tanh, name: t1}\n"
-                   "    - {type: dense, units: 6, name: d2}\n"
-                   "    - {type: add, inputs: [d2, t1], name: res}\n"
-                   "    - {type: flatten, name: fl}\n"
-                   "    - {type: dense, units: 3, name: head}\n",
-               (gl_shape){1, {5}});
-    gl_graph *g = &m.g;
     tl_fill_uniform(g->input.data, N * g->input.size, -1, 1, 80);
     tl_fill_uniform(g->params, g->nparams, -0.5, 0.5, 81);
-    float r[N * 3];
-    tl_fill_uniform(r, N * 3, -1, 1, 82);
+    const int64_t no = N * graph_output(g)->size;
+    float *r = malloc(sizeof(float) * (size_t)no);
+    tl_fill_uniform(r, no, -1, 1, 82);
     wctx c = {g, r};
     backward_with(&c);
-    const char *const names[] = {"res", "fl"};
-    for (int q = 0; q < 2; q++) {
+    for (int q = 0; q < count; q++) {
         layer_t *l = &g->layers[tl_layer(g, names[q])];
         assert_true(l->grad_set[0]);
         for (int k = 0; k < l->nin; k++) {
@@ -405,12 +397,11 @@ static void test_add_and_flatten_set_what_they_add(void **state)
             float *set = malloc(sizeof(float) * (size_t)len);
             bool saved[8];
             for (int j = 0; j < l->nin; j++) saved[j] = l->grad_set[j];
-            // written whole over NaN, then cleared and added to
-            for (int j = 0; j < l->nin; j++) l->grad_set[j] = true;
+            for (int j = 0; j < l->nin; j++) l->grad_set[j] = true;  // written whole over NaN
             for (int64_t i = 0; i < len; i++) l->in[k]->grad[i] = NAN;
             l->kind->backward(l, g->be, N);
             memcpy(set, l->in[k]->grad, sizeof(float) * (size_t)len);
-            for (int j = 0; j < l->nin; j++) l->grad_set[j] = false;
+            for (int j = 0; j < l->nin; j++) l->grad_set[j] = false;  // cleared, then added to
             memset(l->in[k]->grad, 0, sizeof(float) * (size_t)len);
             l->kind->backward(l, g->be, N);
             for (int64_t i = 0; i < len; i++)
@@ -421,6 +412,31 @@ static void test_add_and_flatten_set_what_they_add(void **state)
             free(set);
         }
     }
+    free(r);
+}
+
+static void test_set_gradients_equal_added_ones(void **state)
+{
+    (void)state;
+    tl_model m;
+    build_kept(&m, "    - {type: dense, units: 40, name: d1}\n"
+                   "    - {type: tanh, name: t1}\n"
+                   "    - {type: dense, units: 40, name: d2}\n"
+                   "    - {type: add, inputs: [d2, t1], name: res}\n"
+                   "    - {type: flatten, name: fl}\n"
+                   "    - {type: dense, units: 33, name: head}\n",
+               (gl_shape){1, {37}});
+    const char *const vec[] = {"res", "fl", "head"};
+    check_set_equals_add(&m.g, vec, 3);
+    tl_model_free(&m);
+    build_kept(&m, "    - {type: dense, units: 32, name: d0}\n"
+                   "    - {type: layer_norm, name: ln}\n"
+                   "    - {type: attention, heads: 2, name: att}\n"
+                   "    - {type: add, inputs: [att, d0], name: res}\n"
+                   "    - {type: dense, units: 36, name: fc}\n",
+               shape_tokens(13, 32));
+    const char *const tok[] = {"att", "res", "fc"};
+    check_set_equals_add(&m.g, tok, 3);
     tl_model_free(&m);
 }
 
@@ -936,7 +952,7 @@ int main(void)
         cmocka_unit_test(test_backward_ignores_a_dead_branch),
         cmocka_unit_test(test_gradients_from_two_consumers_accumulate),
         cmocka_unit_test(test_first_writers_write_gradients_whole),
-        cmocka_unit_test(test_add_and_flatten_set_what_they_add),
+        cmocka_unit_test(test_set_gradients_equal_added_ones),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),

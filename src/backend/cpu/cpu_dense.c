@@ -26,8 +26,13 @@ void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, cons
 }
 
 // x is (N,K), w is (U,K), dy is (N,U); dw (U,K) and db (U) are overwritten, dx (N,K) accumulated
-void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
-                        float *db, float *dx) {
+// (set: overwritten, the sums starting from 0 instead of from a cleared dx: the same bits). A dx
+// written rather than cleared and added to saves a pass over it and reading it back: vit-tiny's
+// MLP input gradients are 4096 x 768 floats (12.6 MB) a block. Measured on a 2-core Xeon
+// (vit-tiny, 2 threads, 30 steps, 3 alternating runs): dense backward 3.71-4.20 -> 3.61-4.03 s,
+// attention backward (its projections) 2.93-3.25 -> 2.85-3.17 s, the run 3.5-4.2% faster.
+static void dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
+                           float *dw, float *db, float *dx, bool set) {
     const cpu_store_act none = {0};
     // dW = dy^T . x. galley's product against OpenBLAS (2-core Xeon, 2 threads; cpu_gemm_fast.c's
     // table): 1.06-1.10x over N = 128 rows (the MLP), 0.59-0.95x over 4096 (vit-tiny's tokens at
@@ -50,6 +55,16 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
             memcpy(db + j0, acc, sizeof(float) * (size_t)width);
         }
     }
-    if (dx && !cpu_gemm_fast(false, false, n, k, u, dy, u, w, k, true, NULL, none, dx, k, false))
-        cpu_gemm(false, false, n, k, u, dy, u, w, k, 1.0f, dx, k);  // dx += dy . W
+    if (dx && !cpu_gemm_fast(false, false, n, k, u, dy, u, w, k, !set, NULL, none, dx, k, false))
+        cpu_gemm(false, false, n, k, u, dy, u, w, k, set ? 0.0f : 1.0f, dx, k);  // dx (+)= dy . W
+}
+
+void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
+                        float *db, float *dx) {
+    dense_backward(n, k, u, x, w, dy, dw, db, dx, false);
+}
+
+void cpu_dense_backward_set(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx) {
+    dense_backward(n, k, u, x, w, dy, dw, db, dx, true);
 }

@@ -21,6 +21,8 @@ void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, cons
                            gl_act act, float slope);
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
                         float *db, float *dx);
+void cpu_dense_backward_set(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
 void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);

@@ -189,18 +189,31 @@ static void attention_backward(layer_t *l, const gl_backend *be, int64_t n) {
     const float *win = attn_param(l, l->w, "in_proj_weight"), *wout = attn_param(l, l->w, "out_proj.weight");
     float *dwin = attn_param(l, l->dw, "in_proj_weight"), *dbin = attn_param(l, l->dw, "in_proj_bias");
     float *dwout = attn_param(l, l->dw, "out_proj.weight"), *dbout = attn_param(l, l->dw, "out_proj.bias");
-    be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.w));  // dense_backward adds into dx
-    if (l->tp_role == GL_TP_HEADS)
+    if (l->tp_role == GL_TP_HEADS) {
+        be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.w));  // tp_row_backward adds into dx
         tp_row_backward(l->tp, be, n * a.t, a.w, a.d, o, wout, l->out.grad, dwout, dbout, dout, attn_tp_work(l, &a));
-    else
+    } else if (be->dense_backward_set) {  // written, not cleared and added to: the same bits
+        be->dense_backward_set(n * a.t, a.d, a.d, o, wout, l->out.grad, dwout, dbout, dout);
+    } else {
+        be->zero(dout, sizeof(float) * (size_t)(n * a.t * a.w));
         be->dense_backward(n * a.t, a.d, a.d, o, wout, l->out.grad, dwout, dbout, dout);
+    }
     be->attention_backward(n, a.t, a.h, a.e, 1.0f / sqrtf((float)a.e), l->cfg->v[K_CAUSAL].b, rate, l->seed,
                            (uint64_t)l->step, attn_base(l, &a), qkv, o, lse, dout, dqkv, dsum);
     if (l->tp_role == GL_TP_HEADS)
         tp_column_backward(l->tp, be, n * a.t, a.d, a.w, 3, l->in[0]->data, win, dqkv, dwin, dbin, l->in[0]->grad,
                            attn_tp_work(l, &a));
+    else if (l->grad_set[0])  // this layer writes dx first (attention_sets_grad)
+        be->dense_backward_set(n * a.t, a.d, 3 * a.d, l->in[0]->data, win, dqkv, dwin, dbin, l->in[0]->grad);
     else
         be->dense_backward(n * a.t, a.d, 3 * a.d, l->in[0]->data, win, dqkv, dwin, dbin, l->in[0]->grad);
+}
+
+// Whether backward can write its input's gradient whole: through dense_backward_set, without
+// tensor parallelism (whose parts are summed into dx).
+static bool attention_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)k;
+    return l->tp_role != GL_TP_HEADS && be->dense_backward_set;
 }
 
 const layer_kind layer_attention = {
@@ -217,4 +230,5 @@ const layer_kind layer_attention = {
     .init = attention_init,
     .forward = attention_forward,
     .backward = attention_backward,
+    .sets_grad = attention_sets_grad,
 };

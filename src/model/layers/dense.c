@@ -102,7 +102,14 @@ static void dense_backward(layer_t *l, const gl_backend *be, int64_t n) {
                            l->work);
     else if (l->tp_role == GL_TP_ROW)
         tp_row_backward(l->tp, be, n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work);
+    else if (l->grad_set[0])  // this layer writes dx first (dense_sets_grad): no clearing pass
+        be->dense_backward_set(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad);
     else be->dense_backward(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad);
+}
+
+static bool dense_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)k;
+    return l->tp_role == GL_TP_NONE && be->dense_backward_set;
 }
 
 const layer_kind layer_dense = {
@@ -116,5 +123,6 @@ const layer_kind layer_dense = {
     .init = dense_init,
     .forward = dense_forward,
     .backward = dense_backward,
+    .sets_grad = dense_sets_grad,
     .takes_act = dense_takes_act,
 };
