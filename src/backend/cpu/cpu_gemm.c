@@ -21,12 +21,14 @@
 // same thread to update). Measured on the 2-core EPYC: dynamic tiles left the MLP's SGD update
 // 2x slower at 2 threads than at 1 (lines last written by the other core); static ones, with
 // optim_owner and cpu_gemm_rows, took the MLP from 34.1k to 38.1k samples/s. A product that would stay one tile is still halved when each half is at least
-// 64 long and holds 2M multiply-adds: a dense layer of 128 units over a 4096-long input (batch 64)
-// was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time.
+// 64 long and holds 256k multiply-adds: a dense layer of 128 units over a 4096-long input (batch 64)
+// was otherwise one thread's alone, a sixth of a 2-thread small_cnn step's GEMM time; and the
+// MLP's 10-unit head (128 x 10 x 512, 2 x 327k) took 0.101-0.114 s of 2,000 steps on one thread
+// of a 2-core Xeon, 0.036-0.043 s halved (4 alternating runs; 2M was the bound before).
 static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
     int64_t tiles = 1;
     while (tiles < 16 && len / (2 * tiles) >= 128) tiles *= 2;
-    if (tiles == 1 && len / 2 >= 64 && (double)(len / 2) * (double)other * (double)k >= 2097152.0) tiles = 2;
+    if (tiles == 1 && len / 2 >= 64 && (double)(len / 2) * (double)other * (double)k >= 262144.0) tiles = 2;
     int64_t t = (len + tiles - 1) / tiles;
     return (t + 15) / 16 * 16;
 }
