@@ -209,6 +209,11 @@ typedef struct gl_backend {
     // dw [F, C/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
     void (*conv_backward)(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
                           float *db, float *dx, float *scratch, int64_t scratch_floats);
+    // Optional (NULL: the graph clears dx and calls conv_backward): the same with dx overwritten,
+    // for a dx that this call writes first (not cleared by the graph): the bits of clearing and
+    // adding but for the sign of a zero.
+    void (*conv_backward_set)(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
+                              float *db, float *dx, float *scratch, int64_t scratch_floats);
     // Transposed convolution x[N, C, D, H, W] -> y[N, F, OD, OH, OW] of geometry g: the input
     // gradient of the convolution F -> C from {OD, OH, OW} to {D, H, W} with the same k, s, d, p
     // (gl_conv_geom_flipped; so y's size past that convolution's reach, PyTorch's output_padding,

@@ -354,6 +354,7 @@ static void test_first_writers_write_gradients_whole(void **state)
     plain.act_backward_set = NULL;
     plain.max_pool_backward_set = NULL;
     plain.dense_backward_set = NULL;
+    plain.conv_backward_set = NULL;
     g->be = &plain;
     fill_grads_nan(g);
     backward_with(&c);
@@ -376,10 +377,12 @@ static void test_first_writers_write_gradients_whole(void **state)
     tl_model_free(&m);
 }
 
-// Each layer kind that can write an input's gradient whole (grad_set) gives the bits of adding
+// Each layer kind that can write an input's gradient whole (grad_set) gives the values of adding
 // to a cleared one: dx = dy against 0 + dy for the add and the flatten, dx = dy . W written
-// against added for the dense and the attention (dense_backward_set), whatever dx held before
-// (NaN where it is written whole). A vector model and a token model.
+// against added for the dense and the attention (dense_backward_set), and the convolution's input
+// gradient written (conv_backward_set: the implicit GEMM, the im2col path, and F(2,3) forced),
+// whatever dx held before (NaN where it is written whole). Equal as floats: a zero's sign may
+// differ (dy itself against 0 + dy), nothing else. A vector, a token and a spatial model.
 static void check_set_equals_add(gl_graph *g, const char *const *names, int count)
 {
     tl_fill_uniform(g->input.data, N * g->input.size, -1, 1, 80);
@@ -405,7 +408,7 @@ static void check_set_equals_add(gl_graph *g, const char *const *names, int coun
             memset(l->in[k]->grad, 0, sizeof(float) * (size_t)len);
             l->kind->backward(l, g->be, N);
             for (int64_t i = 0; i < len; i++)
-                if (memcmp(&set[i], &l->in[k]->grad[i], sizeof(float)) || isnan(set[i]))
+                if (set[i] != l->in[k]->grad[i] || isnan(set[i]))
                     fail_msg("%s input %d [%lld]: %a written whole, %a added", names[q], k, (long long)i, set[i],
                              l->in[k]->grad[i]);
             for (int j = 0; j < l->nin; j++) l->grad_set[j] = saved[j];
@@ -438,6 +441,20 @@ static void test_set_gradients_equal_added_ones(void **state)
     const char *const tok[] = {"att", "res", "fc"};
     check_set_equals_add(&m.g, tok, 3);
     tl_model_free(&m);
+    const char *const algos[] = {"direct", "winograd"};
+    for (int a = 0; a < 2; a++) {
+        setenv("GALLEY_CONV_ALGO", algos[a], 1);
+        build_kept(&m, "    - {type: conv, filters: 16, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: conv, filters: 16, kernel: 3, padding: 1, name: c2}\n"
+                       "    - {type: conv, filters: 6, kernel: 3, stride: 2, name: c3}\n"
+                       "    - {type: flatten, name: fl}\n"
+                       "    - {type: dense, units: 3, name: head}\n",
+                   (gl_shape){3, {3, 10, 11}});
+        const char *const sp[] = {"c2", "c3", "fl", "head"};
+        check_set_equals_add(&m.g, sp, 4);
+        tl_model_free(&m);
+    }
+    unsetenv("GALLEY_CONV_ALGO");
 }
 
 // The model of `layers` on `input` built twice: as written (mf) and with model.fuse: false (mu),

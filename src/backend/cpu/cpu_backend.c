@@ -107,6 +107,7 @@ static const gl_backend cpu = {
     .conv_forward = cpu_conv_forward,
     .conv_forward_act = cpu_conv_forward_act,
     .conv_backward = cpu_conv_backward,
+    .conv_backward_set = cpu_conv_backward_set,
     .conv_transpose_forward = cpu_conv_transpose_forward,
     .conv_transpose_forward_act = cpu_conv_transpose_forward_act,
     .conv_transpose_backward = cpu_conv_transpose_backward,

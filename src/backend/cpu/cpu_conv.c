@@ -345,11 +345,12 @@ static void conv_fwd(const cv_plan *g, int64_t n, const float *x, const float *w
 }
 
 // The convolution's gradients: x is (N,C,D,H,W), dy is (N,F,OD,OH,OW); dw (F,C/G,KD,KH,KW) and
-// db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped). Per chunk of
-// samples: their columns (in parallel), dW += dy . cols^T in fixed blocks of rows, each summing
-// the samples in order, then each sample's dx (in parallel).
+// db (F) (NULL: none) overwritten, dx (N,C,D,H,W) accumulated (NULL: skipped), or with set
+// overwritten (the fast kernels' sums start from 0 rather than from a cleared dx; the im2col path
+// clears it here). Per chunk of samples: their columns (in parallel), dW += dy . cols^T in fixed
+// blocks of rows, each summing the samples in order, then each sample's dx (in parallel).
 static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *dy, float *dw,
-                     float *db, float *dx, float *scratch, int64_t scratch_floats) {
+                     float *db, float *dx, float *scratch, int64_t scratch_floats, bool set) {
     memset(dw, 0, sizeof(float) * (size_t)(g->geo.f * g->kg));
     if (db) bias_grad(n, g->geo.f, g->out_pos, dy, db);
     if (n <= 0) return;
@@ -368,14 +369,17 @@ static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w
         cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
                                  NULL, scratch, scratch_floats))
         dx_fast = dx, dx = NULL;
+    if (dx && set) memset(dx, 0, sizeof(float) * (size_t)(n * g->geo.c * g->in_pos));
     if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
     if (dx_wino)
-        GL_CHECK(cpu_conv_wino_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p,
-                                          w, dy, dx_wino, scratch, scratch_floats),
+        GL_CHECK((set ? cpu_conv_wino_input_grad_set : cpu_conv_wino_input_grad)(
+                     n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy, dx_wino,
+                     scratch, scratch_floats),
                  "the Winograd input gradient said it would apply");
     if (dx_fast)
-        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy,
-                                 dx_fast, scratch, scratch_floats);
+        (set ? cpu_conv_fast_input_grad_set : cpu_conv_fast_input_grad)(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out,
+                                                                        g->geo.k, g->geo.d, g->geo.p, w, dy, dx_fast,
+                                                                        scratch, scratch_floats);
 }
 
 // conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=
@@ -500,7 +504,17 @@ void cpu_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *
 void cpu_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw, float *db,
                        float *dx, float *scratch, int64_t scratch_floats) {
     cv_plan g = plan_make(geo);
-    conv_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats);
+    conv_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats, false);
+}
+
+// As cpu_conv_backward with dx overwritten (a dx the graph did not clear): one pass over dx fewer
+// and, in the fast kernels, no reading it back. Measured on a 2-core Xeon (3D CNN, 2 threads, 40
+// steps, 3 alternating runs): the 16 -> 32 layer's backward (dx 4 MiB) 0.829-0.851 -> 0.817-0.819
+// s, the 32 -> 64 one's 0.328-0.346 -> 0.320-0.328 s; the small CNN's (dx 2 MiB) within noise.
+void cpu_conv_backward_set(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw,
+                           float *db, float *dx, float *scratch, int64_t scratch_floats) {
+    cv_plan g = plan_make(geo);
+    conv_bwd(&g, geo->n, x, w, dy, dw, db, dx, scratch, scratch_floats, true);
 }
 
 // A transposed convolution C -> F from in to out is convolution F -> C from out to in.

@@ -718,9 +718,9 @@ int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[
 #endif
 }
 
-bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                              const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
+static bool wg_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                          const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                          const float *dy, float *dx, float *scratch, int64_t scratch_floats, bool acc) {
 #if WG_BUILT
     int64_t pf[3];
     for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
@@ -733,10 +733,24 @@ bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
         if (!cpu_conv_fast_tile(&mr)) return false;
         return scratch_floats - wg_pack_floats(&g, mr) - wg_thread_floats(&g) >= g.c * g.pad_pos;
     }
-    return wg_run(&g, n, true, dy, w, NULL, true, dx, scratch, scratch_floats, (cpu_store_act){0});
+    return wg_run(&g, n, true, dy, w, NULL, acc, dx, scratch, scratch_floats, (cpu_store_act){0});
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)w, (void)dy, (void)dx;
-    (void)scratch, (void)scratch_floats;
+    (void)scratch, (void)scratch_floats, (void)acc;
     return false;
 #endif
+}
+
+bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
+    return wg_input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, true);
+}
+
+// dx written rather than added to: the output transform's values themselves (a -0 stays -0, where
+// 0 + -0 gave +0).
+bool cpu_conv_wino_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
+    return wg_input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, false);
 }

@@ -41,6 +41,8 @@ void cpu_conv_forward_act(const gl_conv_geom *g, const float *x, const float *w,
                           float *scratch, int64_t scratch_floats, gl_act act, float slope);
 void cpu_conv_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw, float *db,
                        float *dx, float *scratch, int64_t scratch_floats);
+void cpu_conv_backward_set(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
+                           float *db, float *dx, float *scratch, int64_t scratch_floats);
 void cpu_conv_transpose_forward(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                                 float *scratch, int64_t scratch_floats);
 void cpu_conv_transpose_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
@@ -77,6 +79,10 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
 bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats);
+// The same with dx overwritten (the sums start from 0, not from dx: the bits of a cleared dx).
+bool cpu_conv_fast_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats);
 // db (CH) = the sum of dy (N,CH,P) over N and P, in double (overwritten).
 bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db);
 // The implicit GEMM's register-tile kernel, for cpu_conv_wino.c: y[rows][cols] (row stride ldy,
@@ -123,6 +129,10 @@ int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[
 bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
                               const float *dy, float *dx, float *scratch, int64_t scratch_floats);
+// The same with dx overwritten (but for the sign of a zero, the bits of a cleared dx).
+bool cpu_conv_wino_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats);
 // (end conv region)
 // (begin pool-norm region)
 // Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a

@@ -221,7 +221,16 @@ static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, f
 static void conv_backward(layer_t *l, const gl_backend *be, int64_t n) {
     gl_conv_geom g = geometry_of(l, n);
     float *db = l->nparams > 1 ? l->dw + l->params[0].size : NULL;
-    be->conv_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_room);
+    if (l->grad_set[0])  // this layer writes dx first (conv_sets_grad): no clearing pass
+        be->conv_backward_set(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work,
+                              l->work_room);
+    else
+        be->conv_backward(&g, l->in[0]->data, l->w, l->out.grad, l->dw, db, l->in[0]->grad, l->work, l->work_room);
+}
+
+static bool conv_sets_grad(const layer_t *l, const gl_backend *be, int k) {
+    (void)l, (void)k;
+    return be->conv_backward_set != NULL;
 }
 
 const layer_kind layer_conv = {
@@ -237,5 +246,6 @@ const layer_kind layer_conv = {
     .init = conv_init,
     .forward = conv_forward,
     .backward = conv_backward,
+    .sets_grad = conv_sets_grad,
     .takes_act = conv_takes_act,
 };
