@@ -780,8 +780,10 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         assert_true(cpu_conv_fast_forward(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, y, scratch, sf,
                                           (cpu_store_act){0}));
         expect_same_bits(at, "y", y, ry, ny);
-        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL, scratch, sb));
-        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx, scratch, sb));
+        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL,
+                true, scratch, sb));
+        assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx,
+                true, scratch, sb));
         expect_same_bits(at, "dx", dx, rdx, nx);
         // scratch holds NaNs: the first group of tiles must write dW's sums, not add to them
         for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
@@ -938,8 +940,10 @@ static void wino_passes(const wino_bufs *r, int threads) {
     assert_true(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, r->ns,
                                       r->act));
     memcpy(r->dx, r->dx0, sizeof(float) * (size_t)r->nx);
-    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL, r->scratch, r->ns));
-    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, r->dy, r->dx, r->scratch, r->ns));
+    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL,
+            true, r->scratch, r->ns));
+    assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, r->dy, r->dx,
+            true, r->scratch, r->ns));
     for (int64_t i = 0; i < r->ns; i++) r->scratch[i] = __builtin_nanf("");
     for (int64_t i = 0; i < r->nw; i++) r->dw[i] = 1e30f;
     const int64_t sdw = threads == 2 ? cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p) : r->ns;
@@ -954,7 +958,8 @@ static void wino_short_scratch(const wino_bufs *r) {
     for (int64_t i = 0; i < r->ny; i++) r->y[i] = 7.0f;
     assert_false(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, 64,
                                        r->act));
-    assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL, r->scratch, 64));
+    assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL,
+            true, r->scratch, 64));
     const int64_t least = cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p);
     for (int64_t i = 0; i < r->nw; i++) r->dw[i] = 7.0f;
     assert_false(cpu_conv_wino_weight_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->dy, r->dw, r->scratch,
@@ -1067,12 +1072,12 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, kh, d1, p10, NULL, NULL, NULL, NULL, NULL, 1 << 20,
                                        (cpu_store_act){0}));
     setenv("GALLEY_CONV_ALGO", "direct", 1);
-    assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     setenv("GALLEY_CONV_ALGO", "auto", 1);
     // 64 channels both sides: worth it on both ISAs (AVX-512 takes 2D forward and input gradient
     // from 64 channels); 3 input channels: on neither.
-    assert_true(cpu_conv_wino_input_grad(4, 64, 64, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
-    assert_false(cpu_conv_wino_input_grad(4, 64, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, 1 << 20));
+    assert_true(cpu_conv_wino_input_grad(4, 64, 64, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
+    assert_false(cpu_conv_wino_input_grad(4, 64, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     unsetenv("GALLEY_CONV_ALGO");
 }
 

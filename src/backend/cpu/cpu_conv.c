@@ -363,23 +363,21 @@ static void conv_bwd(const cv_plan *g, int64_t n, const float *x, const float *w
     float *dx_fast = NULL, *dx_wino = NULL;
     if (dx && fast &&
         cpu_conv_wino_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
-                                 NULL, scratch, scratch_floats))
+                                 NULL, true, scratch, scratch_floats))
         dx_wino = dx, dx = NULL;
     if (dx && fast &&
         cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, NULL,
-                                 NULL, scratch, scratch_floats))
+                                 NULL, true, scratch, scratch_floats))
         dx_fast = dx, dx = NULL;
     if (dx && set) memset(dx, 0, sizeof(float) * (size_t)(n * g->geo.c * g->in_pos));
     if (!dw_done || dx) conv_bwd_gemm(g, n, x, w, dy, dw_done ? NULL : dw, dx, scratch, scratch_floats);
     if (dx_wino)
-        GL_CHECK((set ? cpu_conv_wino_input_grad_set : cpu_conv_wino_input_grad)(
-                     n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy, dx_wino,
-                     scratch, scratch_floats),
+        GL_CHECK(cpu_conv_wino_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p,
+                                          w, dy, dx_wino, !set, scratch, scratch_floats),
                  "the Winograd input gradient said it would apply");
     if (dx_fast)
-        (set ? cpu_conv_fast_input_grad_set : cpu_conv_fast_input_grad)(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out,
-                                                                        g->geo.k, g->geo.d, g->geo.p, w, dy, dx_fast,
-                                                                        scratch, scratch_floats);
+        cpu_conv_fast_input_grad(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d, g->geo.p, w, dy,
+                                 dx_fast, !set, scratch, scratch_floats);
 }
 
 // conv_bwd by im2col + sgemm: dw (NULL: skipped) += the weight gradient, dx (NULL: skipped) +=

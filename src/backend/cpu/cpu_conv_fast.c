@@ -1053,9 +1053,9 @@ bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, 
     return true;
 }
 
-static bool input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                       const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w, const float *dy,
-                       float *dx, float *scratch, int64_t scratch_floats, bool acc) {
+bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, bool acc, float *scratch, int64_t scratch_floats) {
     int64_t pf[3];
     for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
     ig_plan g = ig_make(f, c, out, in, k, d, pf);
@@ -1065,16 +1065,4 @@ static bool input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], con
     ig_run(ig_kernels_get(), &g, n, dy, scratch, NULL, acc, dx, scratch + ig_pack_floats(&g),
            ig_threads(&g, scratch_floats), (cpu_store_act){0});
     return true;
-}
-
-bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                              const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
-    return input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, true);
-}
-
-bool cpu_conv_fast_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
-    return input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, false);
 }

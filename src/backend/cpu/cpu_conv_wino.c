@@ -718,9 +718,11 @@ int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[
 #endif
 }
 
-static bool wg_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                          const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                          const float *dy, float *dx, float *scratch, int64_t scratch_floats, bool acc) {
+// Without acc, dx is written: the output transform's values themselves (a -0 stays -0, where
+// 0 + -0 gave +0).
+bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
+                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
+                              const float *dy, float *dx, bool acc, float *scratch, int64_t scratch_floats) {
 #if WG_BUILT
     int64_t pf[3];
     for (int i = 0; i < 3; i++) pf[i] = (k[i] - 1) * d[i] - p[i];
@@ -739,18 +741,4 @@ static bool wg_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], 
     (void)scratch, (void)scratch_floats, (void)acc;
     return false;
 #endif
-}
-
-bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                              const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                              const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
-    return wg_input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, true);
-}
-
-// dx written rather than added to: the output transform's values themselves (a -0 stays -0, where
-// 0 + -0 gave +0).
-bool cpu_conv_wino_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats) {
-    return wg_input_grad(n, c, f, in, out, k, d, p, w, dy, dx, scratch, scratch_floats, false);
 }

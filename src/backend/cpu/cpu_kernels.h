@@ -74,15 +74,12 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
 bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats);
-// dx (N,C,D,H,W) += the input gradient, from w (F,C,KD,KH,KW) and dy (N,F,OD,OH,OW). With dy
-// NULL it only says whether it applies.
+// dx (N,C,D,H,W) += the input gradient (acc), or = it (the sums start from 0 rather than from dx:
+// the bits of a cleared dx), from w (F,C,KD,KH,KW) and dy (N,F,OD,OH,OW). With dy NULL it only
+// says whether it applies.
 bool cpu_conv_fast_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                              const float *dy, float *dx, float *scratch, int64_t scratch_floats);
-// The same with dx overwritten (the sums start from 0, not from dx: the bits of a cleared dx).
-bool cpu_conv_fast_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats);
+                              const float *dy, float *dx, bool acc, float *scratch, int64_t scratch_floats);
 // db (CH) = the sum of dy (N,CH,P) over N and P, in double (overwritten).
 bool cpu_conv_fast_bias_grad(int64_t n, int64_t ch, int64_t P, const float *dy, float *db);
 // The implicit GEMM's register-tile kernel, for cpu_conv_wino.c: y[rows][cols] (row stride ldy,
@@ -126,13 +123,10 @@ bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
 // The least scratch cpu_conv_wino_weight_grad takes (one thread, one sample at a time); 0: none.
 int64_t cpu_conv_wino_weight_grad_floats(int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                          const int64_t k[3], const int64_t p[3]);
+// acc as cpu_conv_fast_input_grad's (without it, but for the sign of a zero, a cleared dx's bits).
 bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                               const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                              const float *dy, float *dx, float *scratch, int64_t scratch_floats);
-// The same with dx overwritten (but for the sign of a zero, the bits of a cleared dx).
-bool cpu_conv_wino_input_grad_set(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
-                                  const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *w,
-                                  const float *dy, float *dx, float *scratch, int64_t scratch_floats);
+                              const float *dy, float *dx, bool acc, float *scratch, int64_t scratch_floats);
 // (end conv region)
 // (begin pool-norm region)
 // Below this much work (elements touched) a pool-norm kernel runs on one thread: starting a
