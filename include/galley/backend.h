@@ -244,8 +244,9 @@ typedef struct gl_backend {
     void (*max_pool_backward)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3],
                               const int32_t *argmax, const float *dy, float *dx);
     // Optional (NULL: the activation runs its own backward): windows (k, s, p as the forward's)
-    // that do not overlap, y the pool's input, the output of a relu (leaky: a leaky_relu of slope
-    // >= 0) before it; dx (not cleared) = 0, then dx[argmax] += y > 0 ? 0 + dy : leaky ? slope *
+    // that do not overlap after a relu (leaky: a leaky_relu of slope >= 0); y the pool's output
+    // (N,C,OD,OH,OW), each window's winner (or a relu or leaky_relu of slope >= 0 of it, in place:
+    // the same sign); dx (not cleared) = 0, then dx[argmax] += y > 0 ? 0 + dy : leaky ? slope *
     // (0 + dy) : 0: the bits of max_pool_backward_set and then act_backward_set.
     void (*max_pool_backward_act)(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                                   const int s[3], const int p[3], const int32_t *argmax, const float *dy,

@@ -626,13 +626,15 @@ static void check_pool_fusion_shared(const char *layers, gl_shape input, int nt)
 // windows alone reads leaves its derivative to the pool's scatter (graph_fuse_act_grads,
 // max_pool_backward_act): not before an overlapping pool, nor where its input feeds another
 // layer too. 2D and 3D, at 1 and 3 threads; windows of 2 that tile the map, and strides larger
-// than the kernel.
+// than the kernel. The pools' outputs, which hold the winners the derivative reads, are
+// rewritten in place by a relu and a leaky_relu after p1 (q1): the sign they keep is all it reads.
 static void test_pool_applies_the_activation_derivative(void **state)
 {
     (void)state;
     const char *maps = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
                        "    - {type: relu, name: r1}\n"
                        "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: relu, name: q1}\n"
                        "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c2}\n"
                        "    - {type: leaky_relu, slope: 0.2, name: r2}\n"
                        "    - {type: max_pool, kernel: 2, stride: 3, name: p2}\n"
@@ -648,6 +650,7 @@ static void test_pool_applies_the_activation_derivative(void **state)
     const char *volumes = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
                           "    - {type: leaky_relu, slope: 0.3, name: r1}\n"
                           "    - {type: max_pool, kernel: 2, name: p1}\n"
+                          "    - {type: leaky_relu, slope: 0.05, name: q1}\n"
                           "    - {type: conv, filters: 3, kernel: 3, padding: 1, name: c2}\n"
                           "    - {type: relu, name: r2}\n"
                           "    - {type: max_pool, kernel: 1, stride: 2, name: p2}\n"
@@ -669,6 +672,7 @@ static void test_pool_applies_the_activation_derivative(void **state)
     tl_model mf, mu;
     build_fused_and_not(maps, (gl_shape){3, {2, 12, 12}}, &mf, &mu, true);
     assert_null(mf.g.layers[tl_layer(&mf.g, "r4")].grad_by);
+    assert_true(mf.g.layers[tl_layer(&mf.g, "q1")].act_inplace);  // p1's output rewritten in place
     tl_model_free(&mf);
     tl_model_free(&mu);
 }

@@ -147,7 +147,7 @@ static inline float pool_act_grad(float y, float g, bool leaky, float slope) {
 
 // One window row of max_pool_k2_backward_act: dxr[iw] for iw < w (even) = the gradient of output
 // iw / 2 where its winner is row + iw, else 0. AVX2 where the CPU has it (8 columns a step: 4
-// outputs' winners and gradients each taken twice), the same arithmetic as the scalar loop.
+// outputs' winners, values and gradients each taken twice), the same arithmetic as the scalar loop.
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 __attribute__((target("avx2"))) static int64_t k2_row_avx2(int64_t w, int32_t row, const int32_t *ar,
@@ -158,10 +158,10 @@ __attribute__((target("avx2"))) static int64_t k2_row_avx2(int64_t w, int32_t ro
     int64_t iw = 0;
     for (; iw + 8 <= w; iw += 8) {
         const __m128i a4 = _mm_loadu_si128((const void *)(ar + iw / 2));
-        const __m128 g4 = _mm_loadu_ps(dyr + iw / 2);
+        const __m128 g4 = _mm_loadu_ps(dyr + iw / 2), y4 = _mm_loadu_ps(yr + iw / 2);
         const __m256i a = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(a4), twice);
         const __m256 g = _mm256_add_ps(zero, _mm256_permutevar8x32_ps(_mm256_castps128_ps256(g4), twice));
-        const __m256 yv = _mm256_loadu_ps(yr + iw);
+        const __m256 yv = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(y4), twice);
         // y > 0 ? g : leaky ? slope * g : 0 (slope * g is 0 * g = +-0 when not leaky: masked below)
         __m256 d = _mm256_blendv_ps(leaky ? _mm256_mul_ps(sl, g) : zero, g, _mm256_cmp_ps(yv, zero, _CMP_GT_OQ));
         d = _mm256_add_ps(zero, d);
@@ -182,7 +182,8 @@ static int64_t k2_row_avx2(int64_t w, int32_t row, const int32_t *ar, const floa
 // and along D or D unpooled): each window's 4 (8) gradients written in one pass, the winner's and
 // zeros, row by row. Measured on a 2-core Xeon (AVX-512), small CNN at 2 threads: the plane-wise
 // clearing and scatter it replaces took 8.6% of the step, this 4.1% (4,760 -> 4,930 samples/s,
-// means of 3); the same loop written for the compiler to vectorise took 28%.
+// means of 3); the same loop written for the compiler to vectorise took 28%. y is the pool's
+// output: the winners' values, read once per window rather than the whole input.
 static void max_pool_k2_backward_act(int64_t planes, const int64_t in[3], const int64_t out[3], int kd,
                                      const int32_t *argmax, const float *dy, const float *y, bool leaky, float slope,
                                      float *dx) {
@@ -196,22 +197,21 @@ static void max_pool_k2_backward_act(int64_t planes, const int64_t in[3], const 
                 const int32_t i0 = (int32_t)((od * kd * H + oh * 2) * W);
                 for (int r = 0; r < 2 * kd; r++) {  // the window rows: (d, h) = (0,0), (0,1), (1,0), (1,1)
                     const int32_t row = i0 + (int32_t)((r >> 1) * H * W + (r & 1) * W);
-                    const float *yr = y + q * ip + row;
                     float *dxr = dx + q * ip + row;
-                    int64_t iw = avx2 ? k2_row_avx2(W, row, argmax + o, dy + o, yr, leaky, slope, dxr) : 0;
+                    int64_t iw = avx2 ? k2_row_avx2(W, row, argmax + o, dy + o, y + o, leaky, slope, dxr) : 0;
                     for (; iw < W; iw++) {
                         const float g = 0.0f + dy[o + iw / 2];
-                        dxr[iw] = argmax[o + iw / 2] == row + iw ? pool_act_grad(yr[iw], g, leaky, slope) : 0.0f;
+                        dxr[iw] = argmax[o + iw / 2] == row + iw ? pool_act_grad(y[o + iw / 2], g, leaky, slope) : 0.0f;
                     }
                 }
             }
 }
 
 // max_pool_backward_set with the relu-like derivative of the activation before the pool folded
-// in (backend.h): y is the pool's input (N,C,D,H,W), the activation's output, where y > 0
-// exactly where its input is. Windows do not overlap, so each dx gets at most one term, which
-// is the term the activation's own pass would have added to 0. Saves that pass over dx: 4.3% of
-// the small CNN's step at 2 threads on the 2-core EPYC.
+// in (backend.h): y is the pool's output (N,C,OD,OH,OW), each window's winner, an output of the
+// activation, which is > 0 exactly where its input is. Windows do not overlap, so each dx gets at
+// most one term, which is the term the activation's own pass would have added to 0. Saves that
+// pass over dx: 4.3% of the small CNN's step at 2 threads on the 2-core EPYC.
 void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                                const int s[3], const int p[3], const int32_t *argmax, const float *dy, const float *y,
                                bool leaky, float slope, float *dx) {
@@ -224,13 +224,12 @@ void cpu_max_pool_backward_act(int64_t n, int64_t c, const int64_t in[3], const 
 #pragma omp parallel for schedule(static) if (n * c * ip >= CPU_PAR_MIN_WORK)
     for (int64_t q = 0; q < n * c; q++) {
         const int32_t *ap = argmax + q * op;
-        const float *dyp = dy + q * op, *yp = y + q * ip;
+        const float *dyp = dy + q * op, *yp = y + q * op;
         float *dxp = dx + q * ip;
         memset(dxp, 0, sizeof(float) * (size_t)ip);
         for (int64_t o = 0; o < op; o++) {
-            const int32_t a = ap[o];
             const float g = 0.0f + dyp[o];  // the pool's own sum into its cleared gradient
-            dxp[a] = pool_act_grad(yp[a], g, leaky, slope);
+            dxp[ap[o]] = pool_act_grad(yp[o], g, leaky, slope);
         }
     }
 }

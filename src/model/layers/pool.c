@@ -121,11 +121,13 @@ static bool max_pool_takes_act_grad(const layer_t *l, const gl_backend *be, gl_a
     return true;
 }
 
-// dx[argmax] (+)= dy through the activation's derivative, read from its output (the pool's input).
+// dx[argmax] = dy through the activation's derivative, read from its output at the winners: the
+// pool's output (an activation after the pool may have rewritten it in place: graph_fuse_acts
+// fuses only relu and leaky_relu of slope >= 0, which keep the sign the derivative tests).
 static void max_pool_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx) {
     const pool_geom g = geometry_of(l);
     be->max_pool_backward_act(n, g.c, g.in, g.out, g.k, g.s, g.p, (const int32_t *)l->scratch, l->out.grad,
-                              l->in[0]->data, act == ACT_LEAKY_RELU, slope, dx);
+                              l->out.data, act == ACT_LEAKY_RELU, slope, dx);
 }
 
 const layer_kind layer_max_pool = {
