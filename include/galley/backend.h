@@ -206,6 +206,15 @@ typedef struct gl_backend {
     // graph fuses a convolution with the activation that alone reads it (graph_build).
     void (*conv_forward_act)(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                              float *scratch, int64_t scratch_floats, gl_act act, float slope);
+    // Optional (NULL: no fusion): conv_forward (act_on: conv_forward_act with act, slope) and then
+    // max_pool_forward over its output of windows {kd, 2, 2} (kd 1 or 2: a 2D map is D = 1, kd 1)
+    // at stride the window, no padding, the output's D, H, W multiples of the window: pooled
+    // [N, F, OD/kd, OH/2, OW/2] and argmax as max_pool_forward writes them, the same bits. y is
+    // room the backend may use, undefined after (the fused kernels do not write it). The graph
+    // hands a pool to the convolution before it where nothing else reads its output (graph_build).
+    void (*conv_forward_pool)(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
+                              float *scratch, int64_t scratch_floats, bool act_on, gl_act act, float slope, int kd,
+                              float *pooled, int32_t *argmax);
     // dw [F, C/groups, KD, KH, KW] and db [F] (may be NULL) overwritten, dx accumulated (may be NULL)
     void (*conv_backward)(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
                           float *db, float *dx, float *scratch, int64_t scratch_floats);

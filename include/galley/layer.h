@@ -37,6 +37,13 @@ typedef struct {
 // tokens [T, D] (transformer layers: a patch_embed makes them).
 typedef enum { GL_TAKES_ANY = 0, GL_TAKES_SPATIAL, GL_TAKES_TOKENS } gl_takes;
 
+// A max pool's window and where its forward writes (layer_kind.pool_store).
+typedef struct {
+    int k[3];
+    float *y;
+    int32_t *argmax;
+} gl_pool_store;
+
 typedef struct layer_kind {
     const char *name;
     const char *doc;
@@ -73,6 +80,12 @@ typedef struct layer_kind {
     // backward_act then writes dx, the activation's input gradient, whole (never adding to it).
     bool (*takes_act_grad)(const layer_t *l, const gl_backend *be, gl_act act, float slope);
     void (*backward_act)(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx);
+    // Optional, pool fusion (graph_build): a max pool whose windows tile its input (stride the
+    // window, no padding, the input a multiple of it) says its window {D, H, W} and, once bound,
+    // where its output and argmax go (pool_store; false: not such a pool); a producer says whether
+    // it can write those on this backend instead of its own output (takes_pool).
+    bool (*pool_store)(const layer_t *l, gl_pool_store *ps);
+    bool (*takes_pool)(const layer_t *l, const gl_backend *be, const int k[3]);
 } layer_kind;
 
 struct layer {
@@ -134,6 +147,13 @@ struct layer {
     // grad_by's own backward (grad_deferred) does nothing. One pass over the maps less.
     layer_t *grad_by;
     bool grad_deferred;
+    // Set by graph_build where a producer writes the max pool after it (store_pool: through its
+    // activation, act_done, or directly): the producer computes the pool's output and argmax as
+    // it stores, its own output (and the activation's, the same buffer) left unwritten; the
+    // pool's forward (pool_done) does nothing. Nothing else reads that output, and no backward
+    // does: the activation's derivative is the pool's (grad_by), read from the pool's output.
+    layer_t *store_pool;
+    bool pool_done;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

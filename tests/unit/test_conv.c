@@ -778,7 +778,7 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         for (int64_t i = 0; i < ny; i++) y[i] = 1e30f;
         tl_fill_uniform(dx, nx, -1, 1, 604);
         assert_true(cpu_conv_fast_forward(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, w, b, y, scratch, sf,
-                                          (cpu_store_act){0}));
+                                          (cpu_store_act){0}, NULL));
         expect_same_bits(at, "y", y, ry, ny);
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, NULL, NULL,
                 true, scratch, sb));
@@ -807,7 +807,7 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
     if (!cpu_conv_fast_ok()) {
         int64_t one[3] = {1, 1, 1}, sp[3] = {1, 8, 8};
         assert_false(cpu_conv_fast_forward(1, 1, 1, sp, sp, one, one, (int64_t[3]){0, 0, 0}, NULL, NULL, NULL, NULL,
-                                           NULL, 0, (cpu_store_act){0}));
+                                           NULL, 0, (cpu_store_act){0}, NULL));
         print_message("no AVX-512 or AVX2+FMA here: the fast kernels are not used\n");
         return;
     }
@@ -938,7 +938,7 @@ static void wino_passes(const wino_bufs *r, int threads) {
     for (int64_t i = 0; i < r->ny; i++) r->y[i] = 1e30f;
     for (int64_t i = 0; i < r->ns; i++) r->scratch[i] = __builtin_nanf("");
     assert_true(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, r->ns,
-                                      r->act));
+                                      r->act, NULL));
     memcpy(r->dx, r->dx0, sizeof(float) * (size_t)r->nx);
     assert_true(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL,
             true, r->scratch, r->ns));
@@ -957,7 +957,7 @@ static void wino_short_scratch(const wino_bufs *r) {
     const int64_t n = wc->n, c = wc->c, f = wc->f, *out = r->out, d1[3] = {1, 1, 1};
     for (int64_t i = 0; i < r->ny; i++) r->y[i] = 7.0f;
     assert_false(cpu_conv_wino_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, r->x, r->w, r->b, r->y, r->scratch, 64,
-                                       r->act));
+                                       r->act, NULL));
     assert_false(cpu_conv_wino_input_grad(n, c, f, wc->in, out, wc->k, d1, wc->p, r->w, NULL, NULL,
             true, r->scratch, 64));
     const int64_t least = cpu_conv_wino_weight_grad_floats(c, f, wc->in, out, wc->k, wc->p);
@@ -1026,7 +1026,7 @@ static void check_wino(const wino_case *wc, cpu_store_act act) {
     }
     // really F(2,3): the implicit GEMM's bits differ somewhere
     if (!act.on) {
-        assert_true(cpu_conv_fast_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act));
+        assert_true(cpu_conv_fast_forward(n, c, f, wc->in, out, wc->k, d1, wc->p, x, w, b, y, scratch, ns, act, NULL));
         assert_true(memcmp(y, y1, sizeof(float) * (size_t)ny) != 0);
     }
     wino_short_scratch(&r);
@@ -1040,7 +1040,7 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     int64_t sp[3] = {1, 8, 8}, k3[3] = {1, 3, 3}, p1[3] = {0, 1, 1}, d1[3] = {1, 1, 1};
     if (!cpu_conv_fast_ok()) {
         assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, k3, d1, p1, NULL, NULL, NULL, NULL, NULL, 1 << 20,
-                                           (cpu_store_act){0}));
+                                           (cpu_store_act){0}, NULL));
         print_message("no AVX-512 or AVX2+FMA here: Winograd is not used\n");
         return;
     }
@@ -1066,11 +1066,11 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     // GALLEY_CONV_ALGO=direct; and where auto finds it not worth it (3 input channels).
     int64_t k5[3] = {1, 5, 5}, d2[3] = {1, 2, 2}, kh[3] = {1, 3, 1}, p10[3] = {0, 1, 0}, p2[3] = {0, 2, 2};
     assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, k5, d1, p2, NULL, NULL, NULL, NULL, NULL, 1 << 20,
-                                       (cpu_store_act){0}));
+                                       (cpu_store_act){0}, NULL));
     assert_false(cpu_conv_wino_forward(1, 16, 16, sp, (int64_t[3]){1, 6, 6}, k3, d2, p1, NULL, NULL, NULL, NULL, NULL,
-                                       1 << 20, (cpu_store_act){0}));
+                                       1 << 20, (cpu_store_act){0}, NULL));
     assert_false(cpu_conv_wino_forward(1, 16, 16, sp, sp, kh, d1, p10, NULL, NULL, NULL, NULL, NULL, 1 << 20,
-                                       (cpu_store_act){0}));
+                                       (cpu_store_act){0}, NULL));
     setenv("GALLEY_CONV_ALGO", "direct", 1);
     assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     setenv("GALLEY_CONV_ALGO", "auto", 1);

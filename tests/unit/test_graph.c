@@ -457,6 +457,14 @@ static void test_set_gradients_equal_added_ones(void **state)
     unsetenv("GALLEY_CONV_ALGO");
 }
 
+// Whether forward writes layer i's output (graph.c's graph_out_written): not a producer's that
+// writes the max pool after it (store_pool), nor its activation's, the same buffer.
+static bool out_written(const gl_graph *g, int i)
+{
+    const layer_t *l = &g->layers[i];
+    return !l->store_pool && !(l->act_done && g->layers[i - 1].store_pool);
+}
+
 // The model of `layers` on `input` built twice: as written (mf) and with model.fuse: false (mu),
 // both keeping every buffer for inspection (keep), or with gradients shared by lifetime as in
 // training.
@@ -510,6 +518,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     }
     const layer_t *r4 = &f->layers[tl_layer(f, "r4")];
     assert_false(r4->act_done || r4->act_inplace);  // c4's output is read by `both` too
+    assert_true(f->layers[tl_layer(f, "c1")].store_pool == &f->layers[tl_layer(f, "p1")]);  // graph_fuse_pools
     for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].act_done || u->layers[i].act_inplace);
     assert_true(f->act_floats < u->act_floats);
     assert_true(f->bytes < u->bytes);
@@ -517,8 +526,10 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     backward_both(f, u, 80, r);
     for (int i = 0; i < f->nlayers; i++) {
         const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-        // A producer's buffer holds its activation's output: checked at the activation.
+        // A producer's buffer holds its activation's output: checked at the activation. One
+        // that writes the pool after it instead leaves it unwritten: checked at the pool.
         bool shared = i + 1 < f->nlayers && (f->layers[i + 1].act_done || f->layers[i + 1].act_inplace);
+        shared = shared || !out_written(f, i);
         for (int64_t j = 0; !shared && j < N * lf->out.size; j++)
             if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                 fail_msg("%s.out[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.data[j],
@@ -675,6 +686,127 @@ static void test_pool_applies_the_activation_derivative(void **state)
     assert_true(mf.g.layers[tl_layer(&mf.g, "q1")].act_inplace);  // p1's output rewritten in place
     tl_model_free(&mf);
     tl_model_free(&mu);
+}
+
+// One conv-pool fusion case (GALLEY_CONV_ALGO set by the caller, nt threads): `fused` pools are
+// written by the convolution before them (store_pool, pool_done), `kept` run themselves; every
+// output starts as NaN, and nleft of the fused producers' (those whose kernel pools as it
+// stores) stay so; every written output, each pool's argmax, every output gradient backward
+// writes and every parameter gradient have the bits of model.fuse: false.
+static void check_conv_pool_fusion(const char *layers, gl_shape input, int nt, const char *const fused[],
+                                   const char *const producers[], int nf, const char *const kept[], int nk, int nleft)
+{
+    omp_set_num_threads(nt);
+    tl_model mf, mu;
+    build_fused_and_not(layers, input, &mf, &mu, true);
+    gl_graph *f = &mf.g, *u = &mu.g;
+    for (int k = 0; k < nf; k++) {
+        const layer_t *p = &f->layers[tl_layer(f, fused[k])], *c = &f->layers[tl_layer(f, producers[k])];
+        if (c->store_pool != p || !p->pool_done) fail_msg("%s does not write %s", producers[k], fused[k]);
+    }
+    for (int k = 0; k < nk; k++) assert_false(f->layers[tl_layer(f, kept[k])].pool_done);
+    for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].pool_done || u->layers[i].store_pool);
+    for (int i = 0; i < f->nlayers; i++)
+        for (int64_t j = 0; j < N * f->layers[i].out.size; j++) f->layers[i].out.data[j] = NAN;
+    float r[N * 3];
+    backward_both(f, u, 95, r);
+    int untouched = 0;  // fused producers whose output the kernels left as it was
+    for (int i = 0; i < f->nlayers; i++) {
+        const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+        const bool written = out_written(f, i);
+        // a producer's buffer holding its activation's output: checked at the activation
+        const bool shared = written && i + 1 < f->nlayers && f->layers[i + 1].act_done;
+        int64_t nans = 0;
+        for (int64_t j = 0; !written && lf->store_pool && j < N * lf->out.size; j++) nans += isnan(lf->out.data[j]);
+        untouched += !written && lf->store_pool && nans == N * lf->out.size;
+        for (int64_t j = 0; written && !shared && j < N * lf->out.size; j++)
+            if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
+                fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                         lf->out.data[j], lu->out.data[j]);
+        if (lf->pool_done) assert_memory_equal(lf->scratch, lu->scratch, sizeof(float) * (size_t)lf->scratch_floats);
+        for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)
+            if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
+                fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                         lf->out.grad[j], lu->out.grad[j]);
+    }
+    for (int64_t j = 0; j < f->nparams; j++)
+        if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)))
+            fail_msg("%d threads: grads[%lld]: fused %a, unfused %a", nt, (long long)j, f->grads[j], u->grads[j]);
+    if (untouched != nleft) fail_msg("%d threads: %d fused producers' outputs left unwritten, not %d", nt, untouched, nleft);
+    tl_model_free(&mf);
+    tl_model_free(&mu);
+}
+
+// A max pool of windows that tile its input, after a convolution (through the relu or leaky_relu
+// it stores, or directly), is written by that convolution (graph_fuse_pools, conv_forward_pool):
+// on the implicit GEMM (direct) and on F(2,3) (winograd), 2D and 3D, rows of windows narrower and
+// wider than a tile, at 1 and 3 threads; a strided convolution (im2col) writes its output and
+// pools it after. Not fused: a pool over an odd size (the last row dropped) or with stride 3, and
+// a convolution whose output another layer reads too.
+static void test_conv_writes_the_pool_after_it(void **state)
+{
+    (void)state;
+    const char *maps = "    - {type: conv, filters: 5, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: relu, name: r1}\n"
+                       "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: conv, filters: 16, kernel: 3, padding: 1, name: c2}\n"
+                       "    - {type: max_pool, kernel: 2, name: p2}\n"
+                       "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c3}\n"
+                       "    - {type: leaky_relu, slope: 0.1, name: r3}\n"
+                       "    - {type: max_pool, kernel: 2, name: p3}\n"
+                       "    - {type: flatten}\n"
+                       "    - {type: dense, units: 3, name: head}\n";
+    const char *wide = "    - {type: conv, filters: 6, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: leaky_relu, slope: 0.2, name: r1}\n"
+                       "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: conv, filters: 4, kernel: 3, stride: 2, padding: 1, name: c2}\n"
+                       "    - {type: relu, name: r2}\n"
+                       "    - {type: max_pool, kernel: 2, name: p2}\n"
+                       "    - {type: conv, filters: 4, kernel: 1, name: c3}\n"
+                       "    - {type: relu, name: r3}\n"
+                       "    - {type: max_pool, kernel: 1, stride: 3, name: p3}\n"
+                       "    - {type: flatten}\n"
+                       "    - {type: dense, units: 3, name: head}\n";
+    const char *volumes = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                          "    - {type: relu, name: r1}\n"
+                          "    - {type: max_pool, kernel: 2, name: p1}\n"
+                          "    - {type: conv, filters: 16, kernel: 3, padding: 1, name: c2}\n"
+                          "    - {type: leaky_relu, slope: 0.3, name: r2}\n"
+                          "    - {type: max_pool, kernel: 2, name: p2}\n"
+                          "    - {type: conv, filters: 3, kernel: 1, inputs: [p1], name: c3}\n"
+                          "    - {type: max_pool, kernel: 2, name: p3}\n"
+                          "    - {type: flatten, inputs: [c3], name: f3}\n"
+                          "    - {type: flatten, inputs: [p2], name: f2}\n"
+                          "    - {type: flatten, inputs: [p3], name: fp}\n"
+                          "    - {type: concat, inputs: [f2, f3, fp], name: cat}\n"
+                          "    - {type: dense, units: 3, name: head}\n";
+    const char *const mf[] = {"p1", "p2"}, *const mp[] = {"c1", "c2"}, *const mk[] = {"p3"};
+    const char *const wf[] = {"p1", "p2"}, *const wp[] = {"c1", "c2"}, *const wk[] = {"p3"};
+    const char *const vf[] = {"p1", "p2"}, *const vp[] = {"c1", "c2"}, *const vk[] = {"p3"};
+    const char *const algos[] = {"direct", "winograd"};
+    const int saved = omp_get_max_threads();
+    for (int a = 0; a < 2; a++) {
+        setenv("GALLEY_CONV_ALGO", algos[a], 1);
+        for (int nt = 1; nt <= 3; nt += 2) {
+            check_conv_pool_fusion(maps, (gl_shape){3, {3, 16, 20}}, nt, mf, mp, 2, mk, 1, 2);  // p3: 5 -> 2
+            // p3: stride 3; c2 (stride 2) writes its output and pools it after
+            check_conv_pool_fusion(wide, (gl_shape){3, {2, 6, 40}}, nt, wf, wp, 2, wk, 1, 1);
+            check_conv_pool_fusion(volumes, (gl_shape){4, {2, 4, 8, 20}}, nt, vf, vp, 2, vk, 1, 2);  // c3 read twice
+        }
+    }
+    unsetenv("GALLEY_CONV_ALGO");
+    omp_set_num_threads(saved);
+    // A NaN the convolution makes shows first at the pool it writes (its own output is not looked at).
+    tl_model m;
+    build_kept(&m, maps, (gl_shape){3, {3, 16, 20}});
+    tl_fill_uniform(m.g.input.data, N * m.g.input.size, -1, 1, 96);
+    tl_fill_uniform(m.g.params, m.g.nparams, -0.5, 0.5, 97);
+    graph_forward(&m.g, N, false);
+    assert_int_equal(graph_first_nonfinite(&m.g, N), -1);
+    m.g.params[m.g.layers[tl_layer(&m.g, "c2")].params[0].offset] = NAN;
+    graph_forward(&m.g, N, false);
+    assert_int_equal(graph_first_nonfinite(&m.g, N), tl_layer(&m.g, "p2"));
+    tl_model_free(&m);
 }
 
 // ---- non-finite detection -----------------------------------------------------------------------
@@ -976,6 +1108,7 @@ int main(void)
         cmocka_unit_test(test_set_gradients_equal_added_ones),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
+        cmocka_unit_test(test_conv_writes_the_pool_after_it),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_gradient_sharing_on_random_graphs),
         cmocka_unit_test(test_first_nonfinite),

@@ -226,6 +226,57 @@ static void test_max_pool_ties_take_the_first(void **state)
     tl_model_free(&m);
 }
 
+// The backend's "kernel 2" max pool (2x2 and 2x2x2 windows at stride 2: vector rows of 8 windows
+// where the CPU has AVX2, the rest scalar) against a scan of each window in (d, h, w) order that
+// keeps the first of equal values and lets NaN win: maps with rows of 19 windows (16 + 3) and an
+// odd column and row left over, values from {-1, -0, 0, 0.5, 1} (ties everywhere, -0 against 0),
+// and NaNs; the winners' values and indices bit for bit, at 1 and 3 threads.
+static void test_max_pool_k2_matches_a_scan(void **state)
+{
+    (void)state;
+    const gl_backend *be = backend_cpu();
+    const float vals[5] = {-1.0f, -0.0f, 0.0f, 0.5f, 1.0f};
+    const int64_t ins[2][3] = {{1, 9, 39}, {5, 6, 39}};
+    const int saved = omp_get_max_threads();
+    for (int t = 0; t < 2; t++)
+        for (int nt = 1; nt <= 3; nt += 2) {
+            omp_set_num_threads(nt);
+            const int64_t *in = ins[t], c = 3, kd = t ? 2 : 1;
+            const int k[3] = {(int)kd, 2, 2}, p[3] = {0, 0, 0};
+            const int64_t out[3] = {in[0] / kd, in[1] / 2, in[2] / 2}, ip = in[0] * in[1] * in[2];
+            const int64_t op = out[0] * out[1] * out[2];
+            float *x = falloc(N * c * ip), *y = falloc(N * c * op);
+            int32_t *am = malloc(sizeof(int32_t) * (size_t)(N * c * op));
+            assert_non_null(am);
+            uint64_t r = 12345 + (uint64_t)t;
+            for (int64_t i = 0; i < N * c * ip; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                x[i] = (r >> 33) % 13 == 0 ? NAN : vals[(r >> 40) % 5];  // windows with two NaNs too
+            }
+            be->max_pool_forward(N, c, in, out, k, k, p, x, y, am);
+            for (int64_t q = 0; q < N * c; q++)
+                for (int64_t o = 0; o < op; o++) {
+                    const int64_t od = o / (out[1] * out[2]), oh = o / out[2] % out[1], ow = o % out[2];
+                    int64_t bi = -1;
+                    float best = 0;
+                    for (int64_t a = 0; a < kd; a++)
+                        for (int64_t b = 0; b < 2; b++)
+                            for (int64_t e = 0; e < 2; e++) {
+                                const int64_t i = ((od * kd + a) * in[1] + oh * 2 + b) * in[2] + ow * 2 + e;
+                                const float v = x[q * ip + i];
+                                if (bi < 0 || v > best || isnan(v)) best = v, bi = i;
+                            }
+                    if (am[q * op + o] != bi || memcmp(&y[q * op + o], &best, sizeof best))
+                        fail_msg("%s, %d threads, plane %lld, window %lld: %a at %d, want %a at %lld", t ? "3D" : "2D",
+                                 nt, (long long)q, (long long)o, y[q * op + o], am[q * op + o], best, (long long)bi);
+                }
+            free(am);
+            free(y);
+            free(x);
+        }
+    omp_set_num_threads(saved);
+}
+
 // Count_include_pad: a corner window with padding 1 averages 4 real values over 9.
 static void test_avg_pool_counts_padding(void **state)
 {
@@ -1003,6 +1054,7 @@ int main(void)
         cmocka_unit_test(test_avg_pool_2d_matches_naive),
         cmocka_unit_test(test_avg_pool_3d_matches_naive),
         cmocka_unit_test(test_max_pool_ties_take_the_first),
+        cmocka_unit_test(test_max_pool_k2_matches_a_scan),
         cmocka_unit_test(test_avg_pool_counts_padding),
         cmocka_unit_test(test_global_avg_pool_matches_naive),
         cmocka_unit_test(test_batch_norm_train_eval_and_running_stats),

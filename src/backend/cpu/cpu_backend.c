@@ -106,6 +106,7 @@ static const gl_backend cpu = {
     // (begin conv region)
     .conv_forward = cpu_conv_forward,
     .conv_forward_act = cpu_conv_forward_act,
+    .conv_forward_pool = cpu_conv_forward_pool,
     .conv_backward = cpu_conv_backward,
     .conv_backward_set = cpu_conv_backward_set,
     .conv_transpose_forward = cpu_conv_transpose_forward,

@@ -319,12 +319,12 @@ static void conv_bwd_gemm(const cv_plan *g, int64_t n, const float *x, const flo
 // runs serially inside an OpenMP region), so both cores work even on small maps. act (when on)
 // is applied to y as it is stored (the fast kernels) or to each sample's outputs after its bias.
 static void conv_fwd(const cv_plan *g, int64_t n, const float *x, const float *w, const float *b, float *y,
-                     float *scratch, int64_t scratch_floats, cpu_store_act act) {
+                     float *scratch, int64_t scratch_floats, cpu_store_act act, cpu_store_pool *pool) {
     if (n <= 0) return;
     if (fast_applies(g) && (cpu_conv_wino_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
-                                                   g->geo.p, x, w, b, y, scratch, scratch_floats, act) ||
+                                                   g->geo.p, x, w, b, y, scratch, scratch_floats, act, pool) ||
                             cpu_conv_fast_forward(n, g->geo.c, g->geo.f, g->geo.in, g->geo.out, g->geo.k, g->geo.d,
-                                                  g->geo.p, x, w, b, y, scratch, scratch_floats, act)))
+                                                  g->geo.p, x, w, b, y, scratch, scratch_floats, act, pool)))
         return;
     const int64_t P = g->out_pos, slot = g->geo.c * g->taps * P;
     int64_t slots = sample_slots(g, n, scratch_floats);
@@ -488,7 +488,7 @@ static void convt_bwd(const cv_plan *g, int64_t n, const float *x, const float *
 void cpu_conv_forward(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y, float *scratch,
                       int64_t scratch_floats) {
     cv_plan g = plan_make(geo);
-    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0});
+    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){0}, NULL);
 }
 
 void cpu_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
@@ -496,7 +496,30 @@ void cpu_conv_forward_act(const gl_conv_geom *geo, const float *x, const float *
     GL_CHECK(gl_act_storable(act, slope),
              "conv_forward_act takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
     cv_plan g = plan_make(geo);
-    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope});
+    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats, (cpu_store_act){.on = true, .act = act, .slope = slope},
+             NULL);
+}
+
+// The convolution (and its activation) with the max pool after it (backend.h): the kernel that
+// computes the convolution pools as it stores where it can (F(2,3)'s tiles are the windows; the
+// implicit GEMM computes a row of windows at a time into a small buffer), so y is neither
+// written nor read back; else the pool runs over the y it wrote. Measured on a 2-core Xeon: see
+// graph_fuse_pools.
+void cpu_conv_forward_pool(const gl_conv_geom *geo, const float *x, const float *w, const float *b, float *y,
+                           float *scratch, int64_t scratch_floats, bool act_on, gl_act act, float slope, int kd,
+                           float *pooled, int32_t *argmax) {
+    GL_CHECK(!act_on || gl_act_storable(act, slope),
+             "conv_forward_pool takes relu or leaky_relu with a slope >= 0 (the graph fuses no other)");
+    GL_CHECK((kd == 1 || kd == 2) && geo->out[0] % kd == 0 && geo->out[1] % 2 == 0 && geo->out[2] % 2 == 0,
+             "conv_forward_pool's windows tile the output (graph_fuse_pools checks)");
+    cv_plan g = plan_make(geo);
+    cpu_store_pool pool = {.kd = kd, .y = pooled, .argmax = argmax};
+    conv_fwd(&g, geo->n, x, w, b, y, scratch, scratch_floats,
+             (cpu_store_act){.on = act_on, .act = act, .slope = act_on ? slope : 0.0f}, &pool);
+    if (pool.done) return;
+    const int64_t out[3] = {geo->out[0] / kd, geo->out[1] / 2, geo->out[2] / 2};
+    const int k[3] = {kd, 2, 2}, p[3] = {0, 0, 0};
+    cpu_max_pool_forward(geo->n, geo->f, geo->out, out, k, k, p, y, pooled, argmax);
 }
 
 void cpu_conv_backward(const gl_conv_geom *geo, const float *x, const float *w, const float *dy, float *dw, float *db,

@@ -818,6 +818,77 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
     }
 }
 
+// ig_run with a max pool of windows {kd, 2, 2} fused into the store (cpu_store_pool): a task is
+// one row of windows of one sample, the 2 kd output rows they cover (kd runs of 2 W contiguous
+// positions). Its tiles take NR columns of those runs side by side into yb [cout][R] (R = 2 kd W:
+// a few KiB, in L1), then each channel's windows are pooled from there (cpu_max_pool_k2_rows): the convolution's
+// output never goes to memory, nor is read back by a pooling pass. Each output is the same sum
+// as in ig_run (one chain over k whatever the tiling), so pooled and argmax have the bits of
+// ig_run then cpu_max_pool_forward. false, having done nothing: too little scratch, or fewer
+// tasks than threads.
+static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
+                        const float *bias, float *bufs, int64_t buf_floats, cpu_store_act act,
+                        const cpu_store_pool *pool) {
+    const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, kd = pool->kd, F = g->geo.f;
+    const int64_t H = g->geo.out[1], W = g->geo.out[2], OD = g->geo.out[0] / kd, OH = H / 2, OW = W / 2;
+    const int64_t R = 2 * kd * W, PP = OD * OH * OW;
+    int64_t threads = omp_get_max_threads();
+    // A task: rpt rows of windows of one plane (rpt R columns, in tiles of NR that may span rows),
+    // so that each channel's pooled values go out in runs of rpt OW. rpt starts at the plane and
+    // is halved until there are 4 tasks a thread, down to rows that fill a tile, and to yb of at
+    // most 32k floats. Maps whose plane of windows does not fill a tile (CosmoFlow's last layers
+    // on 4^3 and 2^3), or fewer than 2 tasks a thread: false (ig_run packs several samples into a
+    // tile or splits the output channels there, reading the weights fewer times: rows of 16
+    // columns took 2x as long on CosmoFlow's 128 -> 256 layer on 4^3).
+    const int64_t rmin = (NR + R - 1) / R;
+    if (OH < rmin) return false;
+    int64_t rpt = OH;
+    while (rpt > rmin && (n * OD * ((OH + rpt - 1) / rpt) < 4 * threads || F * rpt * R > 32768)) rpt = (rpt + 1) / 2;
+    rpt = rpt > rmin ? rpt : rmin;
+    const int64_t blocks = (OH + rpt - 1) / rpt, tasks = n * OD * blocks, L = rpt * R, per = g->kk * NR + F * L;
+    threads = threads < buf_floats / per ? threads : buf_floats / per;
+    if (threads < 1 || tasks < 2 * threads) return false;
+    act.stream = false;
+#pragma omp parallel num_threads((int)threads)
+    {
+        float *panel = bufs + (int64_t)omp_get_thread_num() * per, *yb = panel + g->kk * NR;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int64_t s = task / (OD * blocks), od = task / blocks % OD, oh0 = task % blocks * rpt;
+            const int64_t rows = OH - oh0 < rpt ? OH - oh0 : rpt, cols = rows * R;  // yb [F][L]: rows x R used
+            const float *xs = x + s * g->geo.c * g->in_pos;
+            for (int64_t j0 = 0; j0 < cols; j0 += NR) {
+                const int64_t cnt = cols - j0 < NR ? cols - j0 : NR;
+                if (cnt < NR)
+                    for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
+                for (int64_t j = j0; j < j0 + cnt;) {  // row of windows oh0 + j / R: kd runs of 2 W positions
+                    const int64_t z = j % R / (2 * W), off = j % (2 * W), oh = oh0 + j / R;
+                    const int64_t len = 2 * W - off < j0 + cnt - j ? 2 * W - off : j0 + cnt - j;
+                    kr->panel(g, xs, ((od * kd + z) * H + 2 * oh) * W + off, len, 0, g->geo.c, panel, NR, j - j0);
+                    j += len;
+                }
+                for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
+                    const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
+                    for (int64_t m = 0; m < mp; m++) {
+                        const int64_t nr = F - m * mr < mr ? F - m * mr : mr;
+                        kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yb + m * mr * L + j0, L, (int)nr,
+                                 (int)cnt, bias && !k0 ? bias + m * mr : NULL, k0 > 0,
+                                 k0 + kc == g->kk ? act : (cpu_store_act){0});
+                    }
+                }
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                const float *row = yb + r * R;
+                const int64_t o = s * F * PP + (od * OH + oh0 + r) * OW;
+                cpu_max_pool_k2_rows(F, L, PP, OW, (int)kd, row, row + W, kd == 2 ? row + 2 * W : NULL,
+                                     kd == 2 ? row + 3 * W : NULL, (int32_t)((od * kd * H + 2 * (oh0 + r)) * W),
+                                     (int32_t)W, (int32_t)(H * W), pool->y + o, pool->argmax + o);
+            }
+        }
+    }
+    return true;
+}
+
 // Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
 // transposed dy [NR][F], kkp the reduction length padded for either instruction set.
 static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
@@ -993,10 +1064,16 @@ static int ig_threads(const ig_plan *g, int64_t scratch_floats) {
 bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
-                           cpu_store_act act) {
+                           cpu_store_act act, cpu_store_pool *pool) {
     ig_plan g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
     ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
+    if (pool && n > 0 &&
+        ig_run_pool(ig_kernels_get(), &g, n, x, scratch, b, scratch + ig_pack_floats(&g),
+                    scratch_floats - ig_pack_floats(&g), act, pool)) {
+        pool->done = true;
+        return true;
+    }
     ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
            ig_threads(&g, scratch_floats), act);
     return true;

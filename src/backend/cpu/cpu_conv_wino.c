@@ -263,6 +263,7 @@ static inline float wg_act(cpu_store_act act, float v) {
 // quad[q]: lanes 4q .. 4q+3 are tiles side by side along W, all of their outputs inside the map.
 typedef struct {
     int64_t base[WL], ybase[WL], dbase[WL], oi[WL][3];  // dbase: in the padded dy (weight gradient)
+    int64_t sample[WL], tile[WL];                       // the lane's sample (of the run) and tile in it
     bool live[WL], quad[WL / 4];
 } wg_lanes;
 
@@ -281,6 +282,7 @@ static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t coun
         l->ybase[j] = (s0 + s) * g->f * g->out_pos + (o[0] * g->out[1] + o[1]) * g->out[2] + o[2];
         l->dbase[j] = s * g->f * g->q_pos + (o[0] * g->qd[1] + o[1]) * g->qd[2] + o[2];
         l->live[j] = T0 + j < count;
+        l->sample[j] = s0 + s, l->tile[j] = t % g->tiles;
     }
     for (int q = 0; q < WL / 4; q++) {
         const int j = 4 * q;
@@ -326,6 +328,46 @@ WG_TARGET static void wg_store(const wg_plan *g, const wg_lanes *l, float *o, in
     }
 }
 
+// Whether the pool's windows are the tiles: kd x 2 x 2 outputs each (ta), every tile whole.
+static bool wg_pool_fits(const wg_plan *g, const cpu_store_pool *pool) {
+    if (!pool || g->ta[0] != pool->kd || g->ta[1] != 2 || g->ta[2] != 2) return false;
+    for (int i = 0; i < 3; i++)
+        if (g->out[i] % g->ta[i]) return false;
+    return true;
+}
+
+// wg_store with a max pool whose windows are the tiles (wg_pool_fits): o (+ bias, then the
+// activation, in place) is each lane's window, its rows in the window's scan order (d, h, w), so
+// the winner (the first of equal values; NaN wins) goes to pool->y at the tile's index and its
+// offset in the output plane to pool->argmax: the bits of wg_store then cpu_max_pool_forward.
+WG_TARGET static void wg_store_pool(const wg_plan *g, const wg_lanes *l, float *o, int64_t f, const float *bias,
+                                    cpu_store_act act, const cpu_store_pool *pool) {
+    const int64_t taps = 2 * g->ta[0] * g->ta[1], H = g->out[1], W = g->out[2];  // the window's outputs
+    if (bias || act.on) {
+        const float b = bias ? bias[f] : 0.0f;
+        for (int64_t r = 0; r < taps; r++)
+            for (int j = 0; j < WL; j++) o[r * WL + j] = wg_act(act, bias ? o[r * WL + j] + b : o[r * WL + j]);
+    }
+    float best[WL], at[WL];
+    for (int j = 0; j < WL; j += 8) {
+        __m256 bv = _mm256_loadu_ps(o + j), bi = _mm256_setzero_ps();
+        for (int64_t r = 1; r < taps; r++) {
+            const __m256 v = _mm256_loadu_ps(o + r * WL + j);
+            const __m256 win = _mm256_or_ps(_mm256_cmp_ps(v, bv, _CMP_GT_OQ), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            bv = _mm256_blendv_ps(bv, v, win);
+            bi = _mm256_blendv_ps(bi, _mm256_set1_ps((float)r), win);
+        }
+        _mm256_storeu_ps(best + j, bv), _mm256_storeu_ps(at + j, bi);
+    }
+    for (int j = 0; j < WL; j++) {
+        if (!l->live[j]) continue;
+        const int r = (int)at[j], i0 = r / 4, i1 = r / 2 % 2, i2 = r % 2;  // r = (i0 ta1 + i1) 2 + i2
+        const int64_t q = (l->sample[j] * g->f + f) * g->tiles + l->tile[j];
+        pool->y[q] = best[j];
+        pool->argmax[q] = (int32_t)(((l->oi[j][0] + i0) * H + l->oi[j][1] + i1) * W + l->oi[j][2] + i2);
+    }
+}
+
 // Floats of scratch: the packed U, then per thread V, M, d and the output rows.
 static int64_t wg_pack_floats(const wg_plan *g, int64_t mr) { return g->E * ((g->f + mr - 1) / mr * mr) * g->c; }
 static int64_t wg_thread_floats(const wg_plan *g) { return g->E * (g->vs + g->ms + WL); }
@@ -333,7 +375,7 @@ static int64_t wg_thread_floats(const wg_plan *g) { return g->E * (g->vs + g->ms
 // y = conv(x) + bias (act), or y += conv(x) when acc, over n samples in chunks whose padded input
 // fits scratch after U and the threads' buffers. false (nothing done): too little scratch.
 static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const float *w, const float *bias, bool acc,
-                   float *y, float *scratch, int64_t scratch_floats, cpu_store_act act) {
+                   float *y, float *scratch, int64_t scratch_floats, cpu_store_act act, cpu_store_pool *pool) {
     int mr = 0;
     const cpu_conv_tile_fn tile = cpu_conv_fast_tile(&mr);
     if (!tile) return false;
@@ -350,6 +392,8 @@ static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const
     float *upack = scratch, *bufs = scratch + pack, *xpad = bufs + threads * per;
     wg_pack(g, mr, flip, w, upack);
     const int64_t mp = (g->f + mr - 1) / mr;
+    const bool pooled = !acc && wg_pool_fits(g, pool);
+    if (pooled) pool->done = true;
     for (int64_t s0 = 0; s0 < n; s0 += cs) {
         const int64_t ns = n - s0 < cs ? n - s0 : cs, count = ns * g->tiles, batches = (count + WL - 1) / WL;
         wg_pad(g, ns, x + s0 * g->c * g->in[0] * g->in[1] * g->in[2], xpad);
@@ -369,7 +413,10 @@ static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const
                              rows, WL, NULL, false, (cpu_store_act){0});
                     }
                 for (int64_t f = 0; f < g->f; f++)
-                    wg_store(g, &lanes, wg_output_tile(g, m, f, d), f, bias, acc, act, y);
+                    if (pooled)
+                        wg_store_pool(g, &lanes, wg_output_tile(g, m, f, d), f, bias, act, pool);
+                    else
+                        wg_store(g, &lanes, wg_output_tile(g, m, f, d), f, bias, acc, act, y);
             }
         }
     }
@@ -674,16 +721,16 @@ static bool wg_worth(const wg_plan *g, cpu_conv_pass pass, int64_t n) {
 bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
-                           cpu_store_act act) {
+                           cpu_store_act act, cpu_store_pool *pool) {
 #if WG_BUILT
     wg_plan g;
     const int algo = wg_algo();
     if (algo == ALGO_DIRECT || n < 1 || !wg_make(c, f, in, out, k, d, p, &g)) return false;
     if (algo == ALGO_AUTO && !wg_worth(&g, CPU_CONV_FORWARD, n)) return false;
-    return wg_run(&g, n, false, x, w, b, false, y, scratch, scratch_floats, act);
+    return wg_run(&g, n, false, x, w, b, false, y, scratch, scratch_floats, act, pool);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)x, (void)w, (void)b, (void)y;
-    (void)scratch, (void)scratch_floats, (void)act;
+    (void)scratch, (void)scratch_floats, (void)act, (void)pool;
     return false;
 #endif
 }
@@ -735,7 +782,7 @@ bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
         if (!cpu_conv_fast_tile(&mr)) return false;
         return scratch_floats - wg_pack_floats(&g, mr) - wg_thread_floats(&g) >= g.c * g.pad_pos;
     }
-    return wg_run(&g, n, true, dy, w, NULL, acc, dx, scratch, scratch_floats, (cpu_store_act){0});
+    return wg_run(&g, n, true, dy, w, NULL, acc, dx, scratch, scratch_floats, (cpu_store_act){0}, NULL);
 #else
     (void)n, (void)c, (void)f, (void)in, (void)out, (void)k, (void)d, (void)p, (void)w, (void)dy, (void)dx;
     (void)scratch, (void)scratch_floats, (void)acc;

@@ -39,6 +39,9 @@ void cpu_conv_forward(const gl_conv_geom *g, const float *x, const float *w, con
                       int64_t scratch_floats);
 void cpu_conv_forward_act(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
                           float *scratch, int64_t scratch_floats, gl_act act, float slope);
+void cpu_conv_forward_pool(const gl_conv_geom *g, const float *x, const float *w, const float *b, float *y,
+                           float *scratch, int64_t scratch_floats, bool act_on, gl_act act, float slope, int kd,
+                           float *pooled, int32_t *argmax);
 void cpu_conv_backward(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw, float *db,
                        float *dx, float *scratch, int64_t scratch_floats);
 void cpu_conv_backward_set(const gl_conv_geom *g, const float *x, const float *w, const float *dy, float *dw,
@@ -66,10 +69,20 @@ typedef struct {
     float slope;
     bool stream;  // cpu_conv_fast.c: finished outputs of whole tiles bypass the caches (AVX2 kernels)
 } cpu_store_act;
+// A max pool written as the convolution stores its output (NULL: none): windows {kd, 2, 2} (kd 1
+// or 2) at stride the window, no padding, over an output whose D, H, W they tile; y (N,F,D/kd,
+// H/2,W/2) and argmax as cpu_max_pool_forward writes them. done: set by a kernel that pooled, its
+// convolution output then left unwritten; else the caller pools the output the kernel wrote.
+typedef struct {
+    int kd;
+    float *y;
+    int32_t *argmax;
+    bool done;
+} cpu_store_pool;
 bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
-                           cpu_store_act act);
+                           cpu_store_act act, cpu_store_pool *pool);
 // dw (F,C,KD,KH,KW) = the weight gradient (overwritten), from x (N,C,D,H,W) and dy (N,F,OD,OH,OW).
 bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
@@ -115,7 +128,7 @@ bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64
 bool cpu_conv_wino_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                            const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
                            const float *w, const float *b, float *y, float *scratch, int64_t scratch_floats,
-                           cpu_store_act act);
+                           cpu_store_act act, cpu_store_pool *pool);
 // dw (F,C,taps) = the weight gradient (overwritten), as cpu_conv_fast_weight_grad.
 bool cpu_conv_wino_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in[3], const int64_t out[3],
                                const int64_t k[3], const int64_t d[3], const int64_t p[3], const float *x,
@@ -133,6 +146,14 @@ bool cpu_conv_wino_input_grad(int64_t n, int64_t c, int64_t f, const int64_t in[
 // parallel region costs more. Results are the same either way.
 #define CPU_PAR_MIN_WORK 32768
 // cpu_pool.c
+// Rows of max_pool_forward's "kernel 2" windows ({kd, 2, 2} at stride the window, no padding),
+// one per channel c < nch: outputs ow < nout of rows r0, r1 (h, h + 1 of a plane) and, with kd =
+// 2, r2, r3 (h, h + 1 of the next plane), each c * cs floats on; y[c * os + ow] the winner (the
+// first of equal values; NaN wins), argmax[c * os + ow] = i0 + 2 ow + its offset (w1 to the next
+// row, hw to the next plane). The fused convolutions pool with it too.
+void cpu_max_pool_k2_rows(int64_t nch, int64_t cs, int64_t os, int64_t nout, int kd, const float *r0,
+                          const float *r1, const float *r2, const float *r3, int32_t i0, int32_t w1, int32_t hw,
+                          float *y, int32_t *argmax);
 void cpu_max_pool_forward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int k[3],
                           const int s[3], const int p[3], const float *x, float *y, int32_t *argmax);
 void cpu_max_pool_backward(int64_t n, int64_t c, const int64_t in[3], const int64_t out[3], const int32_t *argmax,

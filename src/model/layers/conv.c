@@ -206,7 +206,11 @@ static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
     (void)train;
     gl_conv_geom g = geometry_of(l, n);
     const float *b = l->nparams > 1 ? l->w + l->params[0].size : NULL;
-    if (l->store_act_on)  // y = act(conv(x) + b): the activation after this layer, fused (graph_build)
+    gl_pool_store ps;
+    if (l->store_pool && l->store_pool->kind->pool_store(l->store_pool, &ps))  // the max pool after it (graph_build)
+        be->conv_forward_pool(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room, l->store_act_on,
+                              l->store_act, l->store_slope, ps.k[0], ps.y, ps.argmax);
+    else if (l->store_act_on)  // y = act(conv(x) + b): the activation after this layer, fused (graph_build)
         be->conv_forward_act(&g, l->in[0]->data, l->w, b, l->out.data, l->work, l->work_room, l->store_act,
                              l->store_slope);
     else
@@ -216,6 +220,13 @@ static void conv_forward(layer_t *l, const gl_backend *be, int64_t n, bool train
 static bool conv_takes_act(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
     (void)l;
     return be->conv_forward_act && gl_act_storable(act, slope);
+}
+
+// A max pool of windows {1 or 2, 2, 2} that tile the output (a 2D map's D is 1: window 1 there).
+static bool conv_takes_pool(const layer_t *l, const gl_backend *be, const int k[3]) {
+    if (!be->conv_forward_pool || k[1] != 2 || k[2] != 2 || (k[0] != 1 && k[0] != 2)) return false;
+    const gl_conv_geom g = geometry_of(l, 1);
+    return g.out[0] % k[0] == 0 && g.out[1] % 2 == 0 && g.out[2] % 2 == 0;
 }
 
 static void conv_backward(layer_t *l, const gl_backend *be, int64_t n) {
@@ -248,4 +259,5 @@ const layer_kind layer_conv = {
     .backward = conv_backward,
     .sets_grad = conv_sets_grad,
     .takes_act = conv_takes_act,
+    .takes_pool = conv_takes_pool,
 };

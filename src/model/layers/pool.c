@@ -88,6 +88,7 @@ static pool_geom geometry_of(const layer_t *l) {
 
 static void pool_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
+    if (l->pool_done) return;  // the layer before wrote this output and the argmax (graph_build)
     pool_geom g = geometry_of(l);
     if (l->kind == &layer_max_pool)
         be->max_pool_forward(n, g.c, g.in, g.out, g.k, g.s, g.p, l->in[0]->data, l->out.data, (int32_t *)l->scratch);
@@ -130,6 +131,17 @@ static void max_pool_backward_act(layer_t *l, const gl_backend *be, int64_t n, g
                               l->out.data, act == ACT_LEAKY_RELU, slope, dx);
 }
 
+// Windows that tile the input: stride the window, no padding, the input a multiple of it.
+static bool max_pool_store(const layer_t *l, gl_pool_store *ps) {
+    const pool_geom g = geometry_of(l);
+    for (int j = 0; j < 3; j++) {
+        if (g.s[j] != g.k[j] || g.p[j] || g.in[j] != g.k[j] * g.out[j]) return false;
+        ps->k[j] = g.k[j];
+    }
+    ps->y = l->out.data, ps->argmax = (int32_t *)l->scratch;
+    return true;
+}
+
 const layer_kind layer_max_pool = {
     .name = "max_pool",
     .doc = "maximum over each kernel^2 (2D) or kernel^3 (3D) window; output size floor((in + 2 padding - "
@@ -144,6 +156,7 @@ const layer_kind layer_max_pool = {
     .sets_grad = max_pool_sets_grad,
     .takes_act_grad = max_pool_takes_act_grad,
     .backward_act = max_pool_backward_act,
+    .pool_store = max_pool_store,
 };
 
 const layer_kind layer_avg_pool = {
