@@ -826,6 +826,14 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
 // as in ig_run (one chain over k whatever the tiling), so pooled and argmax have the bits of
 // ig_run then cpu_max_pool_forward. false, having done nothing: too little scratch, or fewer
 // tasks than threads.
+// The longest reduction ig_run_pool takes: it pays where the output's memory traffic is much of
+// the layer's time (few input channels), not where the products are. Measured on a 2-core Xeon
+// (AVX-512, 2 threads, best of 20, fused against convolution then pooling pass): first layers
+// (kk 27: 1 -> 16 on 40^3, 3 -> 32 on 32^2) 0.57-0.76x the time, CosmoFlow's 4 -> 32 (kk 108)
+// faster too; 32 -> 64 on 16^2 (kk 288) 0.99x alone but 1.07x in training; 32 -> 64 on 10^3 (kk 864)
+// 1.09x.
+#define IG_POOL_KK 256
+
 static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
                         const float *bias, float *bufs, int64_t buf_floats, cpu_store_act act,
                         const cpu_store_pool *pool) {
@@ -841,7 +849,7 @@ static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const
     // tile or splits the output channels there, reading the weights fewer times: rows of 16
     // columns took 2x as long on CosmoFlow's 128 -> 256 layer on 4^3).
     const int64_t rmin = (NR + R - 1) / R;
-    if (OH < rmin) return false;
+    if (OH < rmin || g->kk > IG_POOL_KK) return false;
     int64_t rpt = OH;
     while (rpt > rmin && (n * OD * ((OH + rpt - 1) / rpt) < 4 * threads || F * rpt * R > 32768)) rpt = (rpt + 1) / 2;
     rpt = rpt > rmin ? rpt : rmin;
