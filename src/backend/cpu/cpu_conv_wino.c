@@ -677,22 +677,29 @@ static int wg_algo(void) {
 // Whether F(2,3) is worth it: it trades multiply-adds in the GEMM for transforms, which run
 // 8-wide (AVX2) on both ISAs, so the trade pays less where the GEMM is 16-wide. Each pass is
 // timed against the implicit GEMM at 2 threads (alternating the two, the best of each), as the
-// speed-up forward / input gradient / weight gradient:
+// speed-up forward / input gradient / weight gradient. The Xeon's column was measured again
+// after wg_bt_axis lost its per-row division. (Its weight gradients, below 1 everywhere alone
+// with ample scratch, are not the whole story: in CosmoFlow's training, with the graph's work
+// buffer as scratch, the implicit GEMM's dW of 64 -> 128 on 8^3 took 0.387-0.397 s over 30
+// steps where F(2,3)'s took 0.316-0.320: the 3D rule for it stays. Nor did the small CNN's
+// second layer's input gradient, 1.04-1.07 alone, gain in training: 1.82-1.84 s against
+// 1.79-1.82 over 300 steps for that layer's backward: the 2D rule stays too.)
 //
 //                                                    2-core EPYC (Zen 3,     2-core Xeon (AVX-512,
 //                                                    AVX2; best of 12)       best of 15)
-//   2D 32 -> 64 on 16x16, batch 64 (small CNN's 2nd)  1.15 / 1.17 / 1.31      0.81 / 0.97 / 0.46
-//   2D 64 -> 64 on 16x16, batch 64                    1.40 / 1.32 / 1.58      1.02 / 1.19 / 0.58
-//   2D 32 -> 32 on 16x16, batch 64                    1.03 / 1.05 / 1.00      0.78 / 0.92 / 0.53
-//   2D 64 -> 128 on 8x8, batch 64                            -                1.18 / 1.24 / 0.73
-//   2D 128 -> 128 on 8x8, batch 64                           -                1.30 / 1.25 / 0.88
-//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow's 2nd)    1.85 / 1.86 / 1.69      1.37 / 1.32 / 0.79
-//   3D 32 -> 64 on 10^3, batch 8 (cnn3d's 3rd)               -                1.46 / 1.70 / 0.91
-//   3D 64 -> 128 on 8^3, batch 8                      2.17 / 2.16 / 1.63      1.54 / 1.74 / 1.10
-//   3D 64 -> 128 on 6^3, batch 8 (27 tiles a sample)         -                1.31 / 1.45 / 1.03
-//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)  1.12 / 1.19 / 1.21      0.74 / 0.78 / 1.20
-//   3D 16 -> 16 on 20^3, batch 8                      1.51 / 1.51 / 1.21      1.03 / 1.18 / 0.84
-//   3D 32 -> 32 on 20^3, batch 8                             -                1.32 / 1.37 / 0.97
+//   2D 32 -> 64 on 16x16, batch 64 (small CNN's 2nd)  1.15 / 1.17 / 1.31      0.81-0.83 / 1.04-1.07 / 0.46-0.49
+//   2D 64 -> 64 on 16x16, batch 64                    1.40 / 1.32 / 1.58      1.15 / 1.24 / 0.62
+//   2D 32 -> 32 on 16x16, batch 64                    1.03 / 1.05 / 1.00      0.78 / 0.84 / 0.46
+//   2D 64 -> 128 on 8x8, batch 64                            -                1.18 / 1.38 / 0.68
+//   2D 128 -> 128 on 8x8, batch 64                           -                1.39 / 1.42 / 0.83
+//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow's 2nd)    1.85 / 1.86 / 1.69      1.54 / 1.60 / 0.64
+//   3D 32 -> 64 on 10^3, batch 8 (cnn3d's 3rd)               -                1.59 / 1.79 / 0.73
+//   3D 64 -> 128 on 8^3, batch 8                      2.17 / 2.16 / 1.63      1.72 / 1.83-1.87 / 0.92-0.94
+//   3D 64 -> 128 on 6^3, batch 8 (27 tiles a sample)         -                1.36 / 1.55 / 0.93
+//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)  1.12 / 1.19 / 1.21      0.82-0.83 / 0.82-0.90 / 0.84-0.89
+//   3D 16 -> 16 on 20^3, batch 8                      1.51 / 1.51 / 1.21      1.23 / 1.32 / 0.60
+//   3D 16 -> 32 on 20^3, batch 8 (cnn3d's 2nd)               -                1.17 / 1.39 / 0.45
+//   3D 32 -> 32 on 20^3, batch 8                             -                1.47 / 1.54 / 0.69
 //   3D 256 -> 512 on 2^3, batch 8 (1 tile a sample)   0.38 / 0.47 / 1.03             -
 //   3D 4 -> 32 on 32^3, batch 8 (a first layer)       0.69 / 1.21 / 0.31             -
 //   3D 1 -> 16 on 40^3, batch 8                       0.56 / 0.86 / 0.16             -
@@ -701,8 +708,7 @@ static int wg_algo(void) {
 // output), and maps of fewer than 8 tiles a sample spend their lanes and the kernel transform on
 // padding. On AVX-512 besides: in 2D only forward and input gradient with 64+ channels both
 // sides; in 3D forward and input gradient on maps of 27+ tiles, the weight gradient with 64+.
-// For the small CNN at 2 threads on the Xeon that is 3,800 -> 4,700-5,100 samples/s (all passes
-// direct); on the EPYC every pass of these layers stays F(2,3).
+// On the EPYC every pass of these layers stays F(2,3).
 bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64_t c, int64_t f, int64_t tiles) {
     const int64_t few = c < f ? c : f;
     if (few < 16 || tiles < 8 || n * tiles < 2 * WL) return false;
