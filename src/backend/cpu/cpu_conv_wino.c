@@ -805,9 +805,11 @@ static int wg_algo(void) {
 // after wg_bt_axis lost its per-row division. (Its weight gradients, below 1 everywhere alone
 // with ample scratch, are not the whole story: in CosmoFlow's training, with the graph's work
 // buffer as scratch, the implicit GEMM's dW of 64 -> 128 on 8^3 took 0.387-0.397 s over 30
-// steps where F(2,3)'s took 0.316-0.320: the 3D rule for it stays. Nor did the small CNN's
-// second layer's input gradient, 1.04-1.07 alone, gain in training: 1.82-1.84 s against
-// 1.79-1.82 over 300 steps for that layer's backward: the 2D rule stays too.)
+// steps where F(2,3)'s took 0.316-0.320: the 3D rule for it stays.) In 2D, once wg_input_2d
+// kept W and H in registers (forward / input gradient): 32 -> 64 on 16x16 0.89 / 1.17, 64 -> 64
+// 1.30 / 1.37, 32 -> 32 0.86 / 0.93, 64 -> 128 on 8x8 1.25 / 1.43, 128 -> 128 1.40 / 1.43; the
+// small CNN's second layer's backward in training then 1.69-1.74 -> 1.65-1.68 s over 300 steps
+// with its input gradient by F(2,3) (which at 1.04-1.07 alone, before, had not gained).
 //
 //                                                    2-core EPYC (Zen 3,     2-core Xeon (AVX-512,
 //                                                    AVX2; best of 12)       best of 15)
@@ -830,14 +832,15 @@ static int wg_algo(void) {
 //
 // Everywhere: few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the
 // output), and maps of fewer than 8 tiles a sample spend their lanes and the kernel transform on
-// padding. On AVX-512 besides: in 2D only forward and input gradient with 64+ channels both
-// sides; in 3D forward and input gradient on maps of 27+ tiles, the weight gradient with 64+.
-// On the EPYC every pass of these layers stays F(2,3).
+// padding. On AVX-512 besides: in 2D the forward with 64+ channels both sides, the input
+// gradient with 32+ and 64+, never the weight gradient; in 3D forward and input gradient on maps
+// of 27+ tiles, the weight gradient with 64+. On the EPYC every pass of these layers stays F(2,3).
 bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64_t c, int64_t f, int64_t tiles) {
     const int64_t few = c < f ? c : f;
     if (few < 16 || tiles < 8 || n * tiles < 2 * WL) return false;
     if (isa != CPU_ISA_AVX512) return true;
-    if (dims == 2) return pass != CPU_CONV_WEIGHT_GRAD && few >= 64;
+    if (dims == 2)
+        return pass == CPU_CONV_INPUT_GRAD ? few >= 32 && (c > f ? c : f) >= 64 : pass == CPU_CONV_FORWARD && few >= 64;
     return pass == CPU_CONV_WEIGHT_GRAD ? few >= 64 : tiles >= 27;
 }
 
