@@ -99,30 +99,19 @@ void cpu_max_pool_k2_rows(int64_t nch, int64_t cs, int64_t os, int64_t nout, int
         int32_t *ar = argmax + c * os;
         const int32_t done = avx2 ? (int32_t)k2_fwd_avx2(nout, kd, rows, i0, w1, hw, yr, ar) : 0;
         const float *q0 = rows[0], *q1 = rows[1], *q2 = rows[2], *q3 = rows[3];
-        if (kd == 1) {
-#pragma omp simd
-            for (int32_t ow = done; ow < (int32_t)nout; ow++) {
-                float best = q0[2 * ow];
-                int32_t bi = i0 + 2 * ow;
-                MAX_POOL_TAP(q0[2 * ow + 1], i0 + 2 * ow + 1);
-                MAX_POOL_TAP(q1[2 * ow], i0 + w1 + 2 * ow);
-                MAX_POOL_TAP(q1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
-                yr[ow] = best, ar[ow] = bi;
-            }
-        } else {
-#pragma omp simd
-            for (int32_t ow = done; ow < (int32_t)nout; ow++) {
-                float best = q0[2 * ow];
-                int32_t bi = i0 + 2 * ow;
-                MAX_POOL_TAP(q0[2 * ow + 1], i0 + 2 * ow + 1);
-                MAX_POOL_TAP(q1[2 * ow], i0 + w1 + 2 * ow);
-                MAX_POOL_TAP(q1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
+        for (int32_t ow = done; ow < (int32_t)nout; ow++) {  // the rest: under 8, or no AVX2
+            float best = q0[2 * ow];
+            int32_t bi = i0 + 2 * ow;
+            MAX_POOL_TAP(q0[2 * ow + 1], i0 + 2 * ow + 1);
+            MAX_POOL_TAP(q1[2 * ow], i0 + w1 + 2 * ow);
+            MAX_POOL_TAP(q1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
+            if (kd == 2) {
                 MAX_POOL_TAP(q2[2 * ow], i0 + hw + 2 * ow);
                 MAX_POOL_TAP(q2[2 * ow + 1], i0 + hw + 2 * ow + 1);
                 MAX_POOL_TAP(q3[2 * ow], i0 + hw + w1 + 2 * ow);
                 MAX_POOL_TAP(q3[2 * ow + 1], i0 + hw + w1 + 2 * ow + 1);
-                yr[ow] = best, ar[ow] = bi;
             }
+            yr[ow] = best, ar[ow] = bi;
         }
     }
 }
