@@ -82,8 +82,12 @@ gl_tensor *graph_output(gl_graph *g);
 void graph_replay_setup(gl_graph *g, bool on, FILE *err);
 // "CUDA graphs: ..." for the end summary (recordings, replays, eager passes), or "" when off.
 void graph_replay_describe(const gl_graph *g, char *buf, size_t len);
-// Index of the first layer whose output (rows [0,n)) holds a NaN or Inf, or -1.
+// Index of the first layer whose output (rows [0,n)) holds a NaN or Inf, or -1; outputs forward
+// does not write (graph_out_written) are skipped.
 int graph_first_nonfinite(const gl_graph *g, int64_t n);
+// Whether forward writes layer i's output: not a producer's that writes the max pool after it
+// instead (layer_t.store_pool), nor its activation's, the same buffer.
+bool graph_out_written(const gl_graph *g, int i);
 // Table: layer, type, output shape, parameters, FLOPs per sample, activation memory.
 void graph_summary(const gl_graph *g, FILE *out);
 void graph_free(gl_graph *g);

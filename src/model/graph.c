@@ -103,9 +103,7 @@ static void graph_fuse_pools(gl_graph *g) {
     }
 }
 
-// Whether a layer's output is written by forward: not a producer's that writes the pool after it
-// instead, nor its activation's (the same buffer).
-static bool graph_out_written(const gl_graph *g, int i) {
+bool graph_out_written(const gl_graph *g, int i) {
     const layer_t *l = &g->layers[i];
     return !l->store_pool && !(l->act_done && g->layers[i - 1].store_pool);
 }

@@ -457,14 +457,6 @@ static void test_set_gradients_equal_added_ones(void **state)
     unsetenv("GALLEY_CONV_ALGO");
 }
 
-// Whether forward writes layer i's output (graph.c's graph_out_written): not a producer's that
-// writes the max pool after it (store_pool), nor its activation's, the same buffer.
-static bool out_written(const gl_graph *g, int i)
-{
-    const layer_t *l = &g->layers[i];
-    return !l->store_pool && !(l->act_done && g->layers[i - 1].store_pool);
-}
-
 // The model of `layers` on `input` built twice: as written (mf) and with model.fuse: false (mu),
 // both keeping every buffer for inspection (keep), or with gradients shared by lifetime as in
 // training.
@@ -529,7 +521,7 @@ static void test_activation_fusion_keeps_the_bits(void **state)
         // A producer's buffer holds its activation's output: checked at the activation. One
         // that writes the pool after it instead leaves it unwritten: checked at the pool.
         bool shared = i + 1 < f->nlayers && (f->layers[i + 1].act_done || f->layers[i + 1].act_inplace);
-        shared = shared || !out_written(f, i);
+        shared = shared || !graph_out_written(f, i);
         for (int64_t j = 0; !shared && j < N * lf->out.size; j++)
             if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                 fail_msg("%s.out[%lld]: fused %a, unfused %a", lf->cfg->name, (long long)j, lf->out.data[j],
@@ -713,7 +705,7 @@ static void check_conv_pool_fusion(const char *layers, gl_shape input, int nt, c
     int untouched = 0;  // fused producers whose output the kernels left as it was
     for (int i = 0; i < f->nlayers; i++) {
         const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-        const bool written = out_written(f, i);
+        const bool written = graph_out_written(f, i);
         // a producer's buffer holding its activation's output: checked at the activation
         const bool shared = written && i + 1 < f->nlayers && f->layers[i + 1].act_done;
         int64_t nans = 0;

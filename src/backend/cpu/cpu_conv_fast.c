@@ -751,6 +751,23 @@ cpu_conv_dw_tile_fn cpu_conv_fast_dw_tile(int *mr) {
 // block. Sums go through y between blocks, in float, as in the registers: the same bits.
 #define IG_KB 1024
 
+// One panel's cnt columns (cnt <= NR) through the row blocks [m0, m1) of the packed weights into
+// yt (row stride ldy): y = bias (or y itself when acc) + the sum over k, in blocks of IG_KB rows
+// of the panel, act applied as the last block stores.
+static void ig_tiles_run(const ig_kernels *kr, const ig_plan *g, const float *apack, int64_t m0, int64_t m1,
+                         const float *panel, int64_t cnt, const float *bias, bool acc, cpu_store_act act, float *yt,
+                         int64_t ldy) {
+    const int64_t mr = kr->mr;
+    for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
+        const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
+        for (int64_t m = m0; m < m1; m++) {
+            const int64_t rows = g->geo.f - m * mr < mr ? g->geo.f - m * mr : mr;
+            kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yt + m * mr * ldy, ldy, (int)rows, (int)cnt,
+                     bias && !k0 ? bias + m * mr : NULL, acc || k0, k0 + kc == g->kk ? act : (cpu_store_act){0});
+        }
+    }
+}
+
 // y (n, cout, out) = conv(x (n, cin, in)) + bias, or y += conv(x) when acc. apack holds the
 // weights in mr-row panels [kk][mr] (ig_pack_*, mr = kr->mr); panels has room for `threads` of
 // ig_panel_floats. A task is one tile: NR positions of one sample, or the whole small maps of
@@ -798,15 +815,7 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
                 for (int64_t i = 0; i < ns; i++)
                     for (int64_t c = c0; c < c1; c++)
                         memcpy(yb + c * NR + i * P, y + ((s0 + i) * g->geo.f + c) * P, sizeof(float) * (size_t)P);
-            for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
-                const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
-                for (int64_t m = m0; m < m1; m++) {
-                    int64_t rows = g->geo.f - m * mr < mr ? g->geo.f - m * mr : mr;
-                    kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yt + m * mr * ldy, ldy, (int)rows,
-                             (int)cnt, bias && !k0 ? bias + m * mr : NULL, acc || k0,
-                             k0 + kc == g->kk ? act : (cpu_store_act){0});
-                }
-            }
+            ig_tiles_run(kr, g, apack, m0, m1, panel, cnt, bias, acc, act, yt, ldy);
             if (spt > 1)
                 for (int64_t i = 0; i < ns; i++)
                     for (int64_t c = c0; c < c1; c++)
@@ -875,15 +884,7 @@ static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const
                     kr->panel(g, xs, ((od * kd + z) * H + 2 * oh) * W + off, len, 0, g->geo.c, panel, NR, j - j0);
                     j += len;
                 }
-                for (int64_t k0 = 0; k0 < g->kk; k0 += IG_KB) {
-                    const int64_t kc = g->kk - k0 < IG_KB ? g->kk - k0 : IG_KB;
-                    for (int64_t m = 0; m < mp; m++) {
-                        const int64_t nr = F - m * mr < mr ? F - m * mr : mr;
-                        kr->tile(kc, apack + (m * g->kk + k0) * mr, panel + k0 * NR, yb + m * mr * L + j0, L, (int)nr,
-                                 (int)cnt, bias && !k0 ? bias + m * mr : NULL, k0 > 0,
-                                 k0 + kc == g->kk ? act : (cpu_store_act){0});
-                    }
-                }
+                ig_tiles_run(kr, g, apack, 0, mp, panel, cnt, bias, false, act, yb + j0, L);
             }
             for (int64_t r = 0; r < rows; r++) {
                 const float *row = yb + r * R;

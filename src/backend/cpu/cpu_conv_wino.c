@@ -420,14 +420,17 @@ static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t coun
 // y (channel f) of the lanes' tiles = o (+ bias, then the activation, in place in o), or y += o
 // when acc. A quad's rows of 8 outputs go as two vectors (o's two W rows interleaved); other lanes
 // value by value, dropping outputs past the map's edge (an odd size's last tile).
+// o (the lanes' outputs of channel f, [ta0][ta1][2][WL]) + bias[f], then the activation, in place.
+WG_TARGET static void wg_bias_act(const wg_plan *g, float *o, int64_t f, const float *bias, cpu_store_act act) {
+    if (!bias && !act.on) return;
+    const float b = bias ? bias[f] : 0.0f;
+    for (int64_t r = 0; r < 2 * g->ta[0] * g->ta[1]; r++)
+        for (int j = 0; j < WL; j++) o[r * WL + j] = wg_act(act, bias ? o[r * WL + j] + b : o[r * WL + j]);
+}
+
 WG_TARGET static void wg_store(const wg_plan *g, const wg_lanes *l, float *o, int64_t f, const float *bias, bool acc,
                                cpu_store_act act, float *y) {
-    const int64_t nrow = g->ta[0] * g->ta[1];  // rows of 2 outputs along W per tile
-    if (!acc && (bias || act.on)) {
-        const float b = bias ? bias[f] : 0.0f;
-        for (int64_t r = 0; r < 2 * nrow; r++)
-            for (int j = 0; j < WL; j++) o[r * WL + j] = wg_act(act, bias ? o[r * WL + j] + b : o[r * WL + j]);
-    }
+    if (!acc) wg_bias_act(g, o, f, bias, act);
     for (int q = 0; q < WL / 4; q++) {
         if (!l->quad[q]) continue;
         float *yq = y + l->ybase[4 * q] + f * g->out_pos;
@@ -469,11 +472,7 @@ static bool wg_pool_fits(const wg_plan *g, const cpu_store_pool *pool) {
 WG_TARGET static void wg_store_pool(const wg_plan *g, const wg_lanes *l, float *o, int64_t f, const float *bias,
                                     cpu_store_act act, const cpu_store_pool *pool) {
     const int64_t taps = 2 * g->ta[0] * g->ta[1], H = g->out[1], W = g->out[2];  // the window's outputs
-    if (bias || act.on) {
-        const float b = bias ? bias[f] : 0.0f;
-        for (int64_t r = 0; r < taps; r++)
-            for (int j = 0; j < WL; j++) o[r * WL + j] = wg_act(act, bias ? o[r * WL + j] + b : o[r * WL + j]);
-    }
+    wg_bias_act(g, o, f, bias, act);
     float best[WL], at[WL];
     for (int j = 0; j < WL; j += 8) {
         __m256 bv = _mm256_loadu_ps(o + j), bi = _mm256_setzero_ps();
