@@ -34,11 +34,21 @@ static void nonfinite_diagnose(const gl_run *u, int64_t n) {
     // relu turned into 0 hides, so the exact layer needs model.fuse: false.
     bool shared = first >= 0 && first + 1 < g->nlayers &&
                   (g->layers[first + 1].act_done || g->layers[first + 1].act_inplace);
+    // A max pool that the convolution before it writes (graph_fuse_pools): that convolution's
+    // own output is never written, so a NaN it made first shows at the pool.
+    const layer_t *writer = NULL;
+    for (int i = 0; first >= 0 && i < first; i++)
+        if (g->layers[i].store_pool == &g->layers[first]) writer = &g->layers[i];
+    char also[256] = "";
+    if (shared)
+        snprintf(also, sizeof also, " or the activation after it, which shares its buffer (model.fuse: false tells "
+                                    "them apart)");
+    else if (writer)
+        snprintf(also, sizeof also, " or '%s' (model.layers[%d]) before it, which writes it as it stores its own "
+                 "(model.fuse: false tells them apart)", writer->cfg->name, writer->cfg->index);
     if (first >= 0)
         fprintf(u->err, "galley: %sthe first layer whose output is not finite is '%s' (model.layers[%d])%s\n",
-                who, g->layers[first].cfg->name, g->layers[first].cfg->index,
-                shared ? " or the activation after it, which shares its buffer (model.fuse: false "
-                         "tells them apart)" : "");
+                who, g->layers[first].cfg->name, g->layers[first].cfg->index, also);
     else
         fprintf(u->err, "galley: %severy layer's output is finite, so the loss itself overflowed (check "
                         "the targets)\n", who);
