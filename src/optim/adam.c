@@ -13,6 +13,7 @@
 
 #include "galley/backend.h"
 #include "optim/optim_internal.h"
+#include "optim/optim_simd.h"
 
 // Bias corrections for step t, as PyTorch computes them (step_size = lr / bc1, sqrt(bc2)), and
 // AdamW's decay factor: the one place these scalars are computed, for the CPU and a GPU alike.
@@ -33,27 +34,18 @@ static inline float adam_direction(const gl_optim_args *k, float m, float v) {
     return (m * k->inv_bc1) / (sqrtf(v) * k->inv_sqrt_bc2 + k->eps);
 }
 
-// w, g, o->m, o->v are (n)
+// w, g, o->m, o->v are (n); each chunk by optim_simd's loop (adam_direction's arithmetic).
 static void adamw_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
     (void)lr;  // a->lr, as a float
-    const gl_optim_args k = *a;  // a local copy: stores to w, g, m, v cannot alias it
-    const float step = k.lr, decayed = k.decayed, coef = k.coef;
-    const bool clip = k.clip;
+    const optim_simd *os = optim_simd_get();
+    const gl_optim_args k = *a;
     float *m = o->m, *v = o->v;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel
     for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
         if (optim_owner(&ch[c], nt) != me) continue;
-        int64_t end = ch[c].offset + ch[c].len;
-        const float keep = ch[c].plain ? 1.0f : decayed;
-        for (int64_t i = ch[c].offset; i < end; i++) {
-            float gi = g[i];
-            if (clip) g[i] = gi = gi * coef;
-            m[i] = k.b1 * m[i] + k.one_b1 * gi;
-            v[i] = k.b2 * v[i] + k.one_b2 * gi * gi;
-            w[i] *= keep;
-            w[i] -= step * adam_direction(&k, m[i], v[i]);
-        }
+        const int64_t lo = ch[c].offset;
+        os->adamw(&k, ch[c].plain ? 1.0f : k.decayed, ch[c].len, w + lo, g + lo, m + lo, v + lo);
     }
 }
 

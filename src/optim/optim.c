@@ -7,6 +7,7 @@
 #include "galley/backend.h"
 #include "galley/check.h"
 #include "optim/optim_internal.h"
+#include "optim/optim_simd.h"
 
 // Counts the non-empty parameter tensors of g and the chunks they split into.
 static void plan(const gl_graph *g, int *ntensors, int *nchunks) {
@@ -110,16 +111,13 @@ static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
     if (on_device(be)) {
         if (o->nchunks > 0) be->chunk_sumsq(o->nchunks, ch, g, part);
     } else {
+        // Double lanes in a fixed order (optim_simd.h), so thread-count and instruction-set
+        // independent, then the chunks in order.
+        const optim_simd *os = optim_simd_get();
 #pragma omp parallel
         for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
             if (optim_owner(&ch[c], nt) != me) continue;
-            // Double lanes (simd: a fixed lane order, so still thread-count independent), then the
-            // chunks in order.
-            const float *x = g + ch[c].offset;
-            double s = 0.0;
-#pragma omp simd reduction(+ : s)
-            for (int64_t i = 0; i < ch[c].len; i++) s += (double)x[i] * (double)x[i];
-            part[c] = s;
+            part[c] = os->sumsq(g + ch[c].offset, ch[c].len);
         }
     }
     double total = 0.0, split = 0.0;

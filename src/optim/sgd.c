@@ -8,42 +8,22 @@
 
 #include "galley/backend.h"
 #include "optim/optim_internal.h"
+#include "optim/optim_simd.h"
 
-// w, g, o->velocity are (n). The branches are hoisted out of the element loops so they
-// vectorise; the arithmetic per element is the same in every variant.
+// w, g, o->velocity are (n); each chunk by optim_simd's loop (the same arithmetic per element on
+// every instruction set).
 static void sgd_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
     (void)lr;  // a->lr, as a float
-    // Locals: stores to g and w could otherwise alias *a and stop the loops vectorising.
-    const float m = a->momentum, wd = a->weight_decay, step = a->lr, coef = a->coef;
-    const bool nesterov = a->nesterov, clip = a->clip;
+    const optim_simd *os = optim_simd_get();
     float *vel = o->velocity;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel
     for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
         if (optim_owner(&ch[c], nt) != me) continue;
-        const int64_t lo = ch[c].offset, end = lo + ch[c].len;
-        const float wdc = ch[c].plain ? 0.0f : wd;
-        if (clip) {
-#pragma omp simd
-            for (int64_t i = lo; i < end; i++) g[i] *= coef;
-        }
-        if (!vel) {
-#pragma omp simd
-            for (int64_t i = lo; i < end; i++) w[i] -= step * (g[i] + wdc * w[i]);
-        } else if (!nesterov) {
-#pragma omp simd
-            for (int64_t i = lo; i < end; i++) {
-                vel[i] = m * vel[i] + (g[i] + wdc * w[i]);
-                w[i] -= step * vel[i];
-            }
-        } else {
-#pragma omp simd
-            for (int64_t i = lo; i < end; i++) {
-                float d = g[i] + wdc * w[i];
-                vel[i] = m * vel[i] + d;
-                w[i] -= step * (d + m * vel[i]);
-            }
-        }
+        const optim_sgd_k k = {.m = a->momentum, .wdc = ch[c].plain ? 0.0f : a->weight_decay, .step = a->lr,
+                               .coef = a->coef, .nesterov = a->nesterov, .clip = a->clip};
+        const int64_t lo = ch[c].offset;
+        os->sgd(&k, ch[c].len, w + lo, g + lo, vel ? vel + lo : NULL);
     }
 }
 
