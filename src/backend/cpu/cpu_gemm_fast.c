@@ -295,7 +295,11 @@ static void gf_task_at(const gf_call *g, int64_t i_lo, int64_t i_hi, int64_t jb_
 // forward's units): static runs of them, so a thread meets the same part of C at every step.
 static void gf_task(const gf_call *g, int64_t q) {
     const int64_t rc = g->by_rows ? q / g->ngj : q % g->nrc, jg = g->by_rows ? q % g->ngj : q / g->nrc;
-    const int64_t i_lo = rc * g->mc, i_hi = i_lo + g->mc < g->m ? i_lo + g->mc : g->m;
+    // Row chunk rc: tiles [rc * tiles / nrc, (rc + 1) * tiles / nrc), so chunks differ by a tile
+    // at most (whole chunks of mc rows left the last one short: the MLP's 43 weight-gradient
+    // tiles went 24 and 19 to two threads).
+    const int64_t tiles = (g->m + GM - 1) / GM, t_lo = rc * tiles / g->nrc, t_hi = (rc + 1) * tiles / g->nrc;
+    const int64_t i_lo = t_lo * GM, i_hi = t_hi * GM < g->m ? t_hi * GM : g->m;
     const int64_t jb_lo = jg * g->nbj / g->ngj, jb_hi = (jg + 1) * g->nbj / g->ngj;
     float panel[GKC * GN] __attribute__((aligned(64)));
     if (g->ta && !g->tb) {  // a weight gradient: pack op(a)'s tiles instead
