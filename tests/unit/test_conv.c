@@ -752,8 +752,12 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
     int64_t tiles_, spt_, parts = 1 + fast_dw_chunks(n, c, f, taps, out_pos, &tiles_, &spt_);
     int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f * parts + 3 * (kfp * 32 + 32 * f);
     int64_t swg = kfp * f * parts + 3 * 8 * (kfp * 32 + 32 * f);
+    // and, at its end, the padded input the direct weight gradient reads (AVX-512: dw_direct)
+    int64_t padded = n * c;
+    for (int j = 0; j < 3; j++) padded *= fc->in[j] + 2 * fc->p[j];
+    int64_t swx = swg + padded;
     int64_t ns = sf > sb ? sf : sb;
-    ns = ns > swg ? ns : swg;
+    ns = ns > swx ? ns : swx;
     tl_guard gm[9];
     float *x = tl_guarded((size_t)nx, at_start, &gm[0]), *w = tl_guarded((size_t)nw, at_start, &gm[1]);
     float *b = tl_guarded((size_t)f, at_start, &gm[2]), *dy = tl_guarded((size_t)ny, at_start, &gm[3]);
@@ -793,6 +797,10 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
         assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, swg));
         expect_same_bits(at, "dw (tiles in groups)", dw, rdw, nw);
+        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
+        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, swx));
+        expect_same_bits(at, "dw (read from the padded input)", dw, rdw, nw);
         assert_true(cpu_conv_fast_bias_grad(n, f, out_pos, dy, db));
         expect_same_bits(at, "db", db, rdb, f);
         check_db_wide_terms(at, n, f, out_pos, dy, db);

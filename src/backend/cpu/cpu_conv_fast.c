@@ -14,7 +14,8 @@
 // accumulating into dx, with no columns and no col2im. The weight gradient is a third kernel: a
 // register tile of 8 rows of dW by 32 filters, summed over every sample and position in order
 // (a small dW, a first layer's: in a fixed number of chunks of positions, then the chunks' sums
-// in order; dw_chunks).
+// in order; dw_chunks), its rows read from a panel or, on AVX-512, from the input padded once
+// (dw_direct: cpu_conv_fast_weight_grad).
 // The bias gradient's per-channel sums run here too, in 32 double lanes.
 //
 // Two instruction sets, one arithmetic. The CPU is checked at run time: AVX-512 where present,
@@ -45,6 +46,7 @@
 #define MR_AVX2 6  // the same on AVX2, where 16 registers hold a 6x16 tile (see its kernels)
 #define KMAX 16  // the widest kernel (along W) taken
 #define DW_J 256  // positions one dW register tile sums before its sums go back to memory
+#define DWX_MIN_ROW 8  // dw_direct for output rows at least this long (its runs are rows)
 
 // One stride-1 convolution as this file sees it: x (geo.c, in) -> y (geo.f, out), one group
 // (geo's s, groups and n unused), and the sizes derived from it.
@@ -52,6 +54,12 @@ typedef struct {
     gl_conv_geom geo;                   // backend_types.h
     int64_t in_pos, out_pos, taps, kk;  // kk = geo.c * taps: the reduction length
 } ig_plan;
+
+// A run of a dW group's positions along one output row (dw_direct): positions j .. j+len-1 of the
+// group read, at tap offset 0, the padded input from xp + off on.
+typedef struct dw_run_seg {
+    int64_t off, j, len;
+} dw_run_seg;
 
 // The inner kernels of one instruction set (each documented at its AVX-512 version below).
 typedef struct {
@@ -62,6 +70,9 @@ typedef struct {
     void (*dw_tile)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy, float *dwt,
                     int64_t ldw, int rows, int cols, bool init);
     void (*dy_transpose)(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt);
+    // dw_tile reading x in place (dw_direct): NULL where the instruction set has none (AVX2)
+    void (*dw_seg)(int64_t nseg, const dw_run_seg *seg, const float *xp, const int64_t *roff, const float *dyt,
+                   int64_t lddy, float *dwt, int64_t ldw, int rows, int cols, bool init);
     double (*bias_sum)(int64_t n, int64_t stride, int64_t P, const float *dy);
     int mr;  // rows of a register tile: weights are packed [kk][mr], dW is taken mr rows at a time
 } ig_kernels;
@@ -226,70 +237,68 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
 // dwt rows kk0 .. kk0+rows-1 (row stride ldw), columns 0 .. cols-1 (cols <= NR filters) += sum
 // over positions j < cnt (cnt <= DW_J) of panel[kk0 + i][j] * dyt[j][f], in j order; the panel's
 // rows are ldp apart. init: dwt's block is not read, the sums start from 0 (the first group).
-FAST_TARGET static void dw_tile_16(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
-                                   float *dwt, int64_t ldw, int rows, int cols, bool init);
-
-FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
-                                float *dwt, int64_t ldw, int rows, int cols, bool init) {
-    if (cols <= 16) {
-        dw_tile_16(cnt, panel, ldp, dyt, lddy, dwt, ldw, rows, cols, init);
-        return;
-    }
+// The same sums with row i of the panel read from xp + seg.off + roff[i] on, a run of positions
+// (seg) at a time: the panel's rows where the panel is one run (roff[i] = i * ldp), or the padded
+// input itself (dw_direct), whose rows along a run of an output row are the taps' values.
+FAST_TARGET static void dw_seg(int64_t nseg, const dw_run_seg *seg, const float *xp, const int64_t *roff,
+                               const float *dyt, int64_t lddy, float *dwt, int64_t ldw, int rows, int cols,
+                               bool init) {
     const __mmask16 m0 = lane_mask(0, cols), m1 = lane_mask(0, cols - 16);
+    const bool two = cols > 16;  // else one vector a row, where a second would multiply zeros
     __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
 #define LOAD(i, lo, hi)                                                      \
     lo = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, dwt + i * ldw); \
-    hi = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, dwt + i * ldw + 16);
+    hi = init || !two ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, dwt + i * ldw + 16);
     LOAD(0, c00, c01) LOAD(1, c10, c11) LOAD(2, c20, c21) LOAD(3, c30, c31);
     LOAD(4, c40, c41) LOAD(5, c50, c51) LOAD(6, c60, c61) LOAD(7, c70, c71);
 #undef LOAD
-    for (int64_t j = 0; j < cnt; j++) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, dyt + j * lddy);
-        const __m512 b1 = _mm512_maskz_loadu_ps(m1, dyt + j * lddy + 16);
-        const float *aj = panel + j;
-#define FMA(i, lo, hi)                             \
-    {                                              \
-        __m512 ai = _mm512_set1_ps(aj[i * ldp]);   \
-        lo = _mm512_fmadd_ps(ai, b0, lo);          \
-        hi = _mm512_fmadd_ps(ai, b1, hi);          \
+    for (int64_t s = 0; s < nseg; s++) {
+        const float *base = xp + seg[s].off, *dj = dyt + seg[s].j * lddy;
+        const float *a0 = base + roff[0], *a1 = base + roff[1], *a2 = base + roff[2], *a3 = base + roff[3];
+        const float *a4 = base + roff[4], *a5 = base + roff[5], *a6 = base + roff[6], *a7 = base + roff[7];
+        const int64_t len = seg[s].len;
+        if (two) {
+            for (int64_t t = 0; t < len; t++, dj += lddy) {
+                const __m512 b0 = _mm512_maskz_loadu_ps(m0, dj), b1 = _mm512_maskz_loadu_ps(m1, dj + 16);
+#define FMA(i, lo, hi)                              \
+    {                                               \
+        __m512 ai = _mm512_set1_ps(a##i[t]);        \
+        lo = _mm512_fmadd_ps(ai, b0, lo);           \
+        hi = _mm512_fmadd_ps(ai, b1, hi);           \
     }
-        FMA(0, c00, c01) FMA(1, c10, c11) FMA(2, c20, c21) FMA(3, c30, c31);
-        FMA(4, c40, c41) FMA(5, c50, c51) FMA(6, c60, c61) FMA(7, c70, c71);
+                FMA(0, c00, c01) FMA(1, c10, c11) FMA(2, c20, c21) FMA(3, c30, c31);
+                FMA(4, c40, c41) FMA(5, c50, c51) FMA(6, c60, c61) FMA(7, c70, c71);
 #undef FMA
+            }
+        } else {
+            for (int64_t t = 0; t < len; t++, dj += lddy) {
+                const __m512 b0 = _mm512_maskz_loadu_ps(m0, dj);
+#define FMA(i, c) c = _mm512_fmadd_ps(_mm512_set1_ps(a##i[t]), b0, c);
+                FMA(0, c00) FMA(1, c10) FMA(2, c20) FMA(3, c30) FMA(4, c40) FMA(5, c50) FMA(6, c60) FMA(7, c70)
+#undef FMA
+            }
+        }
     }
-#define STORE(i, lo, hi)                                     \
-    if (i < rows) {                                          \
-        _mm512_mask_storeu_ps(dwt + i * ldw, m0, lo);        \
-        _mm512_mask_storeu_ps(dwt + i * ldw + 16, m1, hi);   \
+#define STORE(i, lo, hi)                                                 \
+    if (i < rows) {                                                      \
+        _mm512_mask_storeu_ps(dwt + i * ldw, m0, lo);                    \
+        if (two) _mm512_mask_storeu_ps(dwt + i * ldw + 16, m1, hi);      \
     }
     STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31);
     STORE(4, c40, c41) STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71);
 #undef STORE
 }
 
-// dw_tile for at most 16 filters (a first layer's 16, the last block of a count that is not a
-// multiple of 32): one vector a row, where dw_tile's second half would multiply zeros. The same
-// sums in the same order, so the same bits. Measured on a 2-core Xeon (2 threads, best of 15, 3
-// runs): the weight gradient of cnn3d's first layer (1 -> 16 on 40^3, batch 8) 5.56 -> 3.99 ms,
-// of 16 -> 16 on 20^3 10.65 -> 7.88 ms; cnn3d 148 -> 154 samples/s (means of 3).
-FAST_TARGET static void dw_tile_16(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
-                                   float *dwt, int64_t ldw, int rows, int cols, bool init) {
-    const __mmask16 m0 = lane_mask(0, cols);
-    __m512 c0, c1, c2, c3, c4, c5, c6, c7;
-#define LOAD(i, c) c = init ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, dwt + i * ldw);
-    LOAD(0, c0) LOAD(1, c1) LOAD(2, c2) LOAD(3, c3) LOAD(4, c4) LOAD(5, c5) LOAD(6, c6) LOAD(7, c7)
-#undef LOAD
-    for (int64_t j = 0; j < cnt; j++) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, dyt + j * lddy);
-        const float *aj = panel + j;
-#define FMA(i, c) c = _mm512_fmadd_ps(_mm512_set1_ps(aj[i * ldp]), b0, c);
-        FMA(0, c0) FMA(1, c1) FMA(2, c2) FMA(3, c3) FMA(4, c4) FMA(5, c5) FMA(6, c6) FMA(7, c7)
-#undef FMA
-    }
-#define STORE(i, c) \
-    if (i < rows) _mm512_mask_storeu_ps(dwt + i * ldw, m0, c);
-    STORE(0, c0) STORE(1, c1) STORE(2, c2) STORE(3, c3) STORE(4, c4) STORE(5, c5) STORE(6, c6) STORE(7, c7)
-#undef STORE
+// At most 16 filters (a first layer's 16, the last block of a count that is not a multiple of
+// 32) take one vector a row, where a second half would multiply zeros: the same sums in the same
+// order, so the same bits. Measured on a 2-core Xeon (2 threads, best of 15, 3 runs): the weight
+// gradient of cnn3d's first layer (1 -> 16 on 40^3, batch 8) 5.56 -> 3.99 ms, of 16 -> 16 on 20^3
+// 10.65 -> 7.88 ms; cnn3d 148 -> 154 samples/s (means of 3).
+FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy,
+                                float *dwt, int64_t ldw, int rows, int cols, bool init) {
+    const dw_run_seg one = {0, 0, cnt};
+    const int64_t roff[8] = {0, ldp, 2 * ldp, 3 * ldp, 4 * ldp, 5 * ldp, 6 * ldp, 7 * ldp};
+    dw_seg(1, &one, panel, roff, dyt, lddy, dwt, ldw, rows, cols, init);
 }
 
 // dyt [cnt][F] = dy [F][cnt] (row stride P), gathered 16 filters at a time.
@@ -693,8 +702,8 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
     return lanes_sum8(l);
 }
 
-static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, bias_sum, MR};
-static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, bias_sum_avx2,
+static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, dw_seg, bias_sum, MR};
+static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, NULL, bias_sum_avx2,
                                    MR_AVX2};
 
 #endif  // FAST_BUILT
@@ -908,27 +917,94 @@ typedef struct {
     int64_t b0, b1, fa, fb, c_lo, c_hi;
 } dw_block;
 
+// The padded input of dw_direct: x (n, cin, in) with p zeros before and after each axis, so that
+// every tap of every output position reads inside it; dims [n][cin][Dp][Hp][Wp].
+static void dwx_dims(const ig_plan *g, int64_t dp[3]) {
+    for (int a = 0; a < 3; a++) dp[a] = g->geo.in[a] + 2 * g->geo.p[a];
+}
+static int64_t dwx_floats(const ig_plan *g, int64_t n) {
+    int64_t dp[3];
+    dwx_dims(g, dp);
+    return n * g->geo.c * dp[0] * dp[1] * dp[2];
+}
+
+static void dwx_pad(const ig_plan *g, int64_t n, const float *x, float *xp) {
+    int64_t dp[3];
+    dwx_dims(g, dp);
+    const int64_t D = g->geo.in[0], H = g->geo.in[1], W = g->geo.in[2], plane = dp[0] * dp[1] * dp[2];
+#pragma omp parallel for schedule(static)
+    for (int64_t q = 0; q < n * g->geo.c; q++) {
+        float *dst = xp + q * plane;
+        memset(dst, 0, sizeof(float) * (size_t)plane);
+        for (int64_t z = 0; z < D; z++)
+            for (int64_t y = 0; y < H; y++)
+                memcpy(dst + ((z + g->geo.p[0]) * dp[1] + y + g->geo.p[1]) * dp[2] + g->geo.p[2],
+                       x + (q * D * H + z * H + y) * W, sizeof(float) * (size_t)W);
+    }
+}
+
+// roff[i] = where row b * mr + i of dW (channel c, tap kz, ky, kx) reads the padded input,
+// relative to an output position's own offset; rows past kk read row 0's (summed, never stored).
+static void dwx_rows(const ig_plan *g, int64_t r0, int64_t rows, int64_t roff[8]) {
+    int64_t dp[3];
+    dwx_dims(g, dp);
+    const int64_t KH = g->geo.k[1], KW = g->geo.k[2], plane = dp[0] * dp[1] * dp[2];
+    for (int64_t i = 0; i < 8; i++) {
+        const int64_t r = i < rows ? r0 + i : r0, c = r / g->taps, t = r % g->taps;
+        const int64_t kz = t / (KH * KW), ky = t / KW % KH, kx = t % KW;
+        roff[i] = c * plane + (kz * g->geo.d[0] * dp[1] + ky * g->geo.d[1]) * dp[2] + kx * g->geo.d[2];
+    }
+}
+
+// The runs of output positions p0 .. p0+len-1 of sample s, cut at the ends of output rows, as
+// group positions from j on; returns how many were appended at seg.
+static int64_t dwx_runs(const ig_plan *g, int64_t s, int64_t p0, int64_t len, int64_t j, dw_run_seg *seg) {
+    int64_t dp[3], ns = 0;
+    dwx_dims(g, dp);
+    const int64_t OH = g->geo.out[1], OW = g->geo.out[2], sstride = g->geo.c * dp[0] * dp[1] * dp[2];
+    for (int64_t q = 0; q < len;) {
+        const int64_t p = p0 + q, oz = p / (OH * OW), oy = p / OW % OH, ox = p % OW;
+        const int64_t run = OW - ox < len - q ? OW - ox : len - q;
+        seg[ns++] = (dw_run_seg){.off = s * sstride + (oz * dp[1] + oy) * dp[2] + ox, .j = j + q, .len = run};
+        q += run;
+    }
+    return ns;
+}
+
 // out [kkp][F] (its block k) += the tiles [T0, T1)'s positions, in order, side by side in panel
-// [kkp][ldp] and dyt [J][fb - fa]; with init the sums start from 0 (the first group).
-static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, int64_t T0,
-                     int64_t T1, const dw_block *k, float *panel, float *dyt, int64_t ldp, float *out, bool init) {
+// [kkp][ldp] and dyt [J][fb - fa]; with init the sums start from 0 (the first group). With xp
+// (dw_direct: the padded input) no panel is built: the tiles' positions become runs along output
+// rows and the register tiles read the taps' values from xp, in the same order.
+static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp,
+                     const float *dy, int64_t T0, int64_t T1, const dw_block *k, float *panel, float *dyt,
+                     int64_t ldp, float *out, bool init) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, fw = k->fb - k->fa, spt = ig_samples_per_tile(P);
     const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR;
-    int64_t J = 0;  // the group's positions so far: its panel columns and dyt rows
+    dw_run_seg seg[DW_J];  // a group's positions are at most DW_J (cpu_conv_fast_weight_grad's tg)
+    int64_t J = 0, nseg = 0;  // the group's positions so far: its panel columns and dyt rows
     for (int64_t T = T0; T < T1; T++) {
         const int64_t s0 = T / tps * spt, p0 = T % tps * NR, ns = n - s0 < spt ? n - s0 : spt;
         const int64_t len = spt > 1 ? P : P - p0 < NR ? P - p0 : NR;  // positions per sample
         for (int64_t i = 0; i < ns; i++, J += len) {
-            kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, k->c_lo, k->c_hi, panel, ldp, J);
+            if (xp)
+                nseg += dwx_runs(g, s0 + i, p0, len, J, seg + nseg);
+            else
+                kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, len, k->c_lo, k->c_hi, panel, ldp, J);
             kr->dy_transpose(dy + ((s0 + i) * F + k->fa) * P + p0, P, fw, len, dyt + J * fw);  // [len][fw]
         }
     }
     for (int64_t b = k->b0; b < k->b1; b++) {
         const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
+        int64_t roff[8];
+        if (xp) dwx_rows(g, b * mr, rows, roff);
         for (int64_t f0 = k->fa; f0 < k->fb; f0 += NR) {
             const int cols = (int)(k->fb - f0 < NR ? k->fb - f0 : NR);
-            kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F, (int)rows,
-                        cols, init);
+            if (xp)
+                kr->dw_seg(nseg, seg, xp, roff, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F, (int)rows, cols,
+                           init);
+            else
+                kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F,
+                            (int)rows, cols, init);
         }
     }
 }
@@ -945,8 +1021,8 @@ static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const fl
 // the group's positions (at most DW_J) before going back to memory, rather than one tile's 32: a
 // 512 x 6912 dW (14 MB) otherwise went through memory once per tile. The order of every sum is
 // still sample by sample and position by position. buf holds `threads` of tg * dw_per_tile.
-static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy, float *dwt,
-                   float *buf, int threads, int64_t tg) {
+static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp, const float *dy,
+                   float *dwt, float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
     const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
@@ -968,7 +1044,7 @@ static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
         float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
         memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
         for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg)
-            dw_group(kr, g, n, x, dy, T0, T0 + tg < ntiles ? T0 + tg : ntiles, &blk, panel, dyt, ldp, dwt, T0 == 0);
+            dw_group(kr, g, n, x, xp, dy, T0, T0 + tg < ntiles ? T0 + tg : ntiles, &blk, panel, dyt, ldp, dwt, T0 == 0);
     }
 }
 
@@ -992,8 +1068,8 @@ static int64_t dw_chunks(const ig_plan *g, int64_t n) {
 
 // dwt [kkp][F] as dw_chunks says, q ranges of tiles into part [q][kkp][F]; buf holds `threads`
 // of tg * dw_per_tile.
-static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *dy,
-                          float *dwt, float *part, int64_t q, float *buf, int threads, int64_t tg) {
+static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp,
+                          const float *dy, float *dwt, float *part, int64_t q, float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, kkp = kb * mr;
     const int64_t per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);
     if (q < threads) threads = (int)q;
@@ -1006,7 +1082,7 @@ static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, con
         for (int64_t r = 0; r < q; r++) {
             const int64_t ta = ntiles * r / q, tb = ntiles * (r + 1) / q;
             for (int64_t T0 = ta; T0 < tb; T0 += tg)
-                dw_group(kr, g, n, x, dy, T0, T0 + tg < tb ? T0 + tg : tb, &all_of_it, panel, dyt, ldp,
+                dw_group(kr, g, n, x, xp, dy, T0, T0 + tg < tb ? T0 + tg : tb, &all_of_it, panel, dyt, ldp,
                          part + r * kkp * F, T0 == ta);
         }
     }
@@ -1093,7 +1169,21 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
                                const float *dy, float *dw, float *scratch, int64_t scratch_floats) {
     ig_plan g = ig_make(c, f, in, out, k, d, p);
     const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_tile(&g), q = n > 0 ? dw_chunks(&g, n) : 0;
-    const int64_t fit = (scratch_floats - kkp * f * (1 + q)) / per;  // tiles' buffers that fit (after the parts)
+    int64_t fit = (scratch_floats - kkp * f * (1 + q)) / per;  // tiles' buffers that fit (after the parts)
+    // dw_direct where the kernels have it (AVX-512), output rows are not short and the padded
+    // input fits at the end of scratch beside at least one tile's buffers: the register tiles read
+    // x, padded once, in place of a panel (im2col) built for every group, which repeats each input
+    // element taps times and was 39% of the 16 -> 32 3x3x3 dW on 20^3 (panel 22% on the small
+    // CNN's 32 -> 64 on 16x16). Measured on a 2-core Xeon (2 threads, best of 8-15, batch 8 / 64):
+    // that dW 11.0 -> 8.0 ms, 4 -> 16 on 40^3 16.4 -> 10.6, 4 -> 32 on 32^3 11.3 -> 9.9, 32 -> 64
+    // on 16^3 18.9 -> 17.0, 32 -> 64 on 16x16 3.31 -> 3.02; cnn3d 160 -> 178 samples/s (3
+    // alternating pairs). The same sums in the same order: the same bits. (Splitting dW by
+    // filters here, so each thread transposes only its own filters of dy, measured slower.)
+    const ig_kernels *kr = ig_kernels_get();
+    const int64_t xpf = kr && kr->dw_seg && g.geo.out[2] >= DWX_MIN_ROW && n > 0 ? dwx_floats(&g, n) : 0;
+    const int64_t fit_x = xpf > 0 ? (scratch_floats - xpf - kkp * f * (1 + q)) / per : 0;
+    float *xp = fit_x >= 1 ? scratch + scratch_floats - xpf : NULL;
+    if (xp) fit = fit_x;
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
     if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
         return false;
@@ -1111,11 +1201,12 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     tg = tg < fit / threads ? tg : fit / threads;
     tg = tg < ntiles ? tg : ntiles;
     tg = tg > 1 ? tg : 1;
+    if (xp) dwx_pad(&g, n, x, xp);
     if (q > 0)
-        dw_run_chunks(ig_kernels_get(), &g, n, x, dy, dwt, scratch + kkp * f, q, scratch + kkp * f * (1 + q),
-                      (int)threads, tg);
+        dw_run_chunks(kr, &g, n, x, xp, dy, dwt, scratch + kkp * f, q, scratch + kkp * f * (1 + q), (int)threads,
+                      tg);
     else
-        dw_run(ig_kernels_get(), &g, n, x, dy, dwt, scratch + kkp * f, (int)threads, tg);
+        dw_run(kr, &g, n, x, xp, dy, dwt, scratch + kkp * f, (int)threads, tg);
     // dw (F, kk) = dwt^T, 8 rows of dwt at a time: those rows stay in L1 while every filter's 8
     // values are written. Element by element, each read of a dwt column took a cache line of its
     // own, and with 16 rows 2 KiB apart (F = 512) the rows' lines fell into two L1 sets and were
