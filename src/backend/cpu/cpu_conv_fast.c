@@ -28,9 +28,11 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -708,7 +710,20 @@ static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy
 
 #endif  // FAST_BUILT
 
-// The kernels of the best instruction set this CPU has; NULL: none. The CPU is asked once.
+// GALLEY_CPU_ISA caps the instruction set: unset, empty or auto (the best the CPU has), avx2
+// (the AVX2+FMA kernels on an AVX-512 CPU too, so one machine's tests cover both sets, whose
+// bits are the same), none (OpenBLAS and plain loops: other bits). 0, 1, 2 as ig_kernels_get.
+static int ig_isa_cap(void) {
+    const char *v = getenv("GALLEY_CPU_ISA");
+    if (!v || !*v || !strcmp(v, "auto")) return 2;
+    if (!strcmp(v, "avx2")) return 1;
+    if (!strcmp(v, "none")) return 0;
+    gl_die(GL_EXIT_USAGE, "unset it to let galley choose", "GALLEY_CPU_ISA=%s: the values are auto, avx2 and none",
+           v);
+}
+
+// The kernels of the best instruction set this CPU has (up to GALLEY_CPU_ISA); NULL: none. The
+// CPU is asked once.
 static const ig_kernels *ig_kernels_get(void) {
 #if FAST_BUILT
     static int isa = -1;  // 0: none, 1: AVX2+FMA, 2: AVX-512 (every thread finds the same)
@@ -721,6 +736,8 @@ static const ig_kernels *ig_kernels_get(void) {
                 ? 2
             : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                                : 0;
+        const int cap = ig_isa_cap();
+        v = v < cap ? v : cap;
         __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
     }
     return v == 2 ? &ig_avx512 : v == 1 ? &ig_avx2 : NULL;
@@ -962,11 +979,12 @@ static int64_t dwx_runs(const ig_plan *g, int64_t s, int64_t p0, int64_t len, in
     int64_t dp[3], ns = 0;
     dwx_dims(g, dp);
     const int64_t OH = g->geo.out[1], OW = g->geo.out[2], sstride = g->geo.c * dp[0] * dp[1] * dp[2];
+    int64_t oz = p0 / (OH * OW), oy = p0 / OW % OH, ox = p0 % OW;  // then stepped: no division a run
     for (int64_t q = 0; q < len;) {
-        const int64_t p = p0 + q, oz = p / (OH * OW), oy = p / OW % OH, ox = p % OW;
         const int64_t run = OW - ox < len - q ? OW - ox : len - q;
         seg[ns++] = (dw_run_seg){.off = s * sstride + (oz * dp[1] + oy) * dp[2] + ox, .j = j + q, .len = run};
-        q += run;
+        q += run, ox = 0;
+        if (++oy == OH) oy = 0, oz++;
     }
     return ns;
 }
