@@ -752,10 +752,11 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
     int64_t tiles_, spt_, parts = 1 + fast_dw_chunks(n, c, f, taps, out_pos, &tiles_, &spt_);
     int64_t sb = cp * kb + 3 * (kb + cp) * 32, sw = kfp * f * parts + 3 * (kfp * 32 + 32 * f);
     int64_t swg = kfp * f * parts + 3 * 8 * (kfp * 32 + 32 * f);
-    // and, at its end, the padded input the direct weight gradient reads (AVX-512: dw_direct)
+    // and, at its end, the padded input the direct weight gradient reads (AVX-512: dw_direct) and
+    // its rows' offsets (int64)
     int64_t padded = n * c;
     for (int j = 0; j < 3; j++) padded *= fc->in[j] + 2 * fc->p[j];
-    int64_t swx = swg + padded;
+    int64_t swx = swg + padded + 2 * kfp + 1;
     int64_t ns = sf > sb ? sf : sb;
     ns = ns > swx ? ns : swx;
     tl_guard gm[9];
@@ -827,6 +828,10 @@ static void test_conv_fast_kernels_sum_in_the_documented_order(void **state) {
         {.c = 5, .f = 13, .in = {1, 9, 7}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
         // 3D, dilated: input rows reach past both ends of x.
         {.c = 4, .f = 8, .in = {5, 6, 7}, .k = {3, 3, 3}, .d = {2, 2, 2}, .p = {1, 1, 1}},
+        // Dilated with rows of 8+ outputs (the AVX-512 weight gradient reads the padded input):
+        // 2D padded past the kernel's reach, 3D.
+        {.c = 3, .f = 10, .in = {1, 12, 14}, .k = {1, 3, 3}, .d = {1, 2, 2}, .p = {0, 3, 2}},
+        {.c = 2, .f = 5, .in = {6, 9, 11}, .k = {3, 3, 3}, .d = {2, 2, 2}, .p = {1, 1, 1}},
         // Maps of 16 positions (every tile an edge tile), more channels than filters.
         {.c = 16, .f = 20, .in = {1, 4, 4}, .k = {1, 3, 3}, .d = {1, 1, 1}, .p = {0, 1, 1}},
         // Padding 2 with a 3x3 kernel (outputs past the input), an even kernel, 1x1.

@@ -960,16 +960,16 @@ static void dwx_pad(const ig_plan *g, int64_t n, const float *x, float *xp) {
     }
 }
 
-// roff[i] = where row b * mr + i of dW (channel c, tap kz, ky, kx) reads the padded input,
-// relative to an output position's own offset; rows past kk read row 0's (summed, never stored).
-static void dwx_rows(const ig_plan *g, int64_t r0, int64_t rows, int64_t roff[8]) {
+// tab[r] = where row r of dW (channel c, tap kz, ky, kx) reads the padded input, relative to an
+// output position's own offset, for r < kkp; rows past kk read row 0's (summed, never stored).
+static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
     int64_t dp[3];
     dwx_dims(g, dp);
     const int64_t KH = g->geo.k[1], KW = g->geo.k[2], plane = dp[0] * dp[1] * dp[2];
-    for (int64_t i = 0; i < 8; i++) {
-        const int64_t r = i < rows ? r0 + i : r0, c = r / g->taps, t = r % g->taps;
+    for (int64_t r = 0; r < kkp; r++) {
+        const int64_t c = r < g->kk ? r / g->taps : 0, t = r < g->kk ? r % g->taps : 0;
         const int64_t kz = t / (KH * KW), ky = t / KW % KH, kx = t % KW;
-        roff[i] = c * plane + (kz * g->geo.d[0] * dp[1] + ky * g->geo.d[1]) * dp[2] + kx * g->geo.d[2];
+        tab[r] = c * plane + (kz * g->geo.d[0] * dp[1] + ky * g->geo.d[1]) * dp[2] + kx * g->geo.d[2];
     }
 }
 
@@ -994,7 +994,7 @@ static int64_t dwx_runs(const ig_plan *g, int64_t s, int64_t p0, int64_t len, in
 // (dw_direct: the padded input) no panel is built: the tiles' positions become runs along output
 // rows and the register tiles read the taps' values from xp, in the same order.
 static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp,
-                     const float *dy, int64_t T0, int64_t T1, const dw_block *k, float *panel, float *dyt,
+                     const int64_t *tab, const float *dy, int64_t T0, int64_t T1, const dw_block *k, float *panel, float *dyt,
                      int64_t ldp, float *out, bool init) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, fw = k->fb - k->fa, spt = ig_samples_per_tile(P);
     const int64_t tps = spt > 1 ? 1 : (P + NR - 1) / NR;
@@ -1013,12 +1013,10 @@ static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const fl
     }
     for (int64_t b = k->b0; b < k->b1; b++) {
         const int64_t rows = g->kk - b * mr < mr ? g->kk - b * mr : mr;
-        int64_t roff[8];
-        if (xp) dwx_rows(g, b * mr, rows, roff);
         for (int64_t f0 = k->fa; f0 < k->fb; f0 += NR) {
             const int cols = (int)(k->fb - f0 < NR ? k->fb - f0 : NR);
             if (xp)
-                kr->dw_seg(nseg, seg, xp, roff, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F, (int)rows, cols,
+                kr->dw_seg(nseg, seg, xp, tab + b * mr, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F, (int)rows, cols,
                            init);
             else
                 kr->dw_tile(J, panel + b * mr * ldp, ldp, dyt + (f0 - k->fa), fw, out + b * mr * F + f0, F,
@@ -1039,8 +1037,8 @@ static void dw_group(const ig_kernels *kr, const ig_plan *g, int64_t n, const fl
 // the group's positions (at most DW_J) before going back to memory, rather than one tile's 32: a
 // 512 x 6912 dW (14 MB) otherwise went through memory once per tile. The order of every sum is
 // still sample by sample and position by position. buf holds `threads` of tg * dw_per_tile.
-static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp, const float *dy,
-                   float *dwt, float *buf, int threads, int64_t tg) {
+static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp,
+                   const int64_t *tab, const float *dy, float *dwt, float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, fg = (F + 15) / 16;
     const int64_t kkp = kb * mr, per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);  // tiles in order
     const bool by_f = g->kk <= 2 * F && fg >= 2;
@@ -1062,7 +1060,7 @@ static void dw_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
         float *panel = buf + t * per, *dyt = panel + ig_rows_padded(g->kk) * ldp;
         memset(panel + g->kk * ldp, 0, sizeof(float) * (size_t)((kkp - g->kk) * ldp));  // rows past kk: read, unused
         for (int64_t T0 = 0; T0 < ntiles && b0 < b1 && fa < fb; T0 += tg)
-            dw_group(kr, g, n, x, xp, dy, T0, T0 + tg < ntiles ? T0 + tg : ntiles, &blk, panel, dyt, ldp, dwt, T0 == 0);
+            dw_group(kr, g, n, x, xp, tab, dy, T0, T0 + tg < ntiles ? T0 + tg : ntiles, &blk, panel, dyt, ldp, dwt, T0 == 0);
     }
 }
 
@@ -1087,7 +1085,7 @@ static int64_t dw_chunks(const ig_plan *g, int64_t n) {
 // dwt [kkp][F] as dw_chunks says, q ranges of tiles into part [q][kkp][F]; buf holds `threads`
 // of tg * dw_per_tile.
 static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *xp,
-                          const float *dy, float *dwt, float *part, int64_t q, float *buf, int threads, int64_t tg) {
+                          const int64_t *tab, const float *dy, float *dwt, float *part, int64_t q, float *buf, int threads, int64_t tg) {
     const int64_t mr = kr->mr, P = g->out_pos, F = g->geo.f, kb = (g->kk + mr - 1) / mr, kkp = kb * mr;
     const int64_t per = tg * dw_per_tile(g), ldp = tg * NR, ntiles = ig_tiles(n, P);
     if (q < threads) threads = (int)q;
@@ -1100,7 +1098,7 @@ static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, con
         for (int64_t r = 0; r < q; r++) {
             const int64_t ta = ntiles * r / q, tb = ntiles * (r + 1) / q;
             for (int64_t T0 = ta; T0 < tb; T0 += tg)
-                dw_group(kr, g, n, x, xp, dy, T0, T0 + tg < tb ? T0 + tg : tb, &all_of_it, panel, dyt, ldp,
+                dw_group(kr, g, n, x, xp, tab, dy, T0, T0 + tg < tb ? T0 + tg : tb, &all_of_it, panel, dyt, ldp,
                          part + r * kkp * F, T0 == ta);
         }
     }
@@ -1198,9 +1196,12 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     // alternating pairs). The same sums in the same order: the same bits. (Splitting dW by
     // filters here, so each thread transposes only its own filters of dy, measured slower.)
     const ig_kernels *kr = ig_kernels_get();
+    // Its rows' offsets (int64, at an even float index) and the padded input close scratch.
     const int64_t xpf = kr && kr->dw_seg && g.geo.out[2] >= DWX_MIN_ROW && n > 0 ? dwx_floats(&g, n) : 0;
-    const int64_t fit_x = xpf > 0 ? (scratch_floats - xpf - kkp * f * (1 + q)) / per : 0;
-    float *xp = fit_x >= 1 ? scratch + scratch_floats - xpf : NULL;
+    const int64_t x0 = (scratch_floats - xpf - 2 * kkp) & ~(int64_t)1;
+    const int64_t fit_x = xpf > 0 && x0 > 0 ? (x0 - kkp * f * (1 + q)) / per : 0;
+    int64_t *tab = fit_x >= 1 ? (int64_t *)(void *)(scratch + x0) : NULL;
+    float *xp = tab ? scratch + x0 + 2 * kkp : NULL;
     if (xp) fit = fit_x;
     // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
     if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
@@ -1219,12 +1220,12 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     tg = tg < fit / threads ? tg : fit / threads;
     tg = tg < ntiles ? tg : ntiles;
     tg = tg > 1 ? tg : 1;
-    if (xp) dwx_pad(&g, n, x, xp);
+    if (xp) dwx_pad(&g, n, x, xp), dwx_rows(&g, kkp, tab);
     if (q > 0)
-        dw_run_chunks(kr, &g, n, x, xp, dy, dwt, scratch + kkp * f, q, scratch + kkp * f * (1 + q), (int)threads,
-                      tg);
+        dw_run_chunks(kr, &g, n, x, xp, tab, dy, dwt, scratch + kkp * f, q, scratch + kkp * f * (1 + q),
+                      (int)threads, tg);
     else
-        dw_run(kr, &g, n, x, xp, dy, dwt, scratch + kkp * f, (int)threads, tg);
+        dw_run(kr, &g, n, x, xp, tab, dy, dwt, scratch + kkp * f, (int)threads, tg);
     // dw (F, kk) = dwt^T, 8 rows of dwt at a time: those rows stay in L1 while every filter's 8
     // values are written. Element by element, each read of a dwt column took a cache line of its
     // own, and with 16 rows 2 KiB apart (F = 512) the rows' lines fell into two L1 sets and were
