@@ -622,6 +622,78 @@ FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, int64
         for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
 }
 
+// dw_seg's R x 8*NV sub-tile on AVX2: rows i of a read from xp + seg.off + roff[i] on, runs of
+// positions (seg) at a time, b = dyt (row stride ldb); init: the sums start from 0, else from c.
+FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
+seg_tile(const int R, const int NV, int64_t nseg, const dw_run_seg *seg, const float *xp, const int64_t *roff,
+         const float *b, int64_t ldb, float *c, int64_t ldc, bool init, int rows) {
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[i][v] = init ? _mm256_setzero_ps() : _mm256_loadu_ps(c + i * ldc + 8 * v);
+    for (int64_t s = 0; s < nseg; s++) {
+        const float *ap[6], *bj = b + seg[s].j * ldb;
+#pragma GCC unroll 6
+        for (int i = 0; i < R; i++) ap[i] = xp + seg[s].off + roff[i];
+        for (int64_t t = 0; t < seg[s].len; t++, bj += ldb) {
+            __m256 bv[2];
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(bj + 8 * v);
+#pragma GCC unroll 6
+            for (int i = 0; i < R; i++) {
+                const __m256 av = _mm256_broadcast_ss(ap[i] + t);
+#pragma GCC unroll 2
+                for (int v = 0; v < NV; v++) acc[i][v] = _mm256_fmadd_ps(av, bv[v], acc[i][v]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++)
+        if (i < rows)
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) _mm256_storeu_ps(c + i * ldc + 8 * v, acc[i][v]);
+}
+
+// dw_seg on AVX2: MR_AVX2 rows by cols filters in 6 x 16 sub-tiles (4 x 16 for 3 or 4 rows, 2 x 16
+// for 1 or 2), each element the same chain as dw_seg's. Columns that end inside a vector go
+// through copies, as in dw_tile_avx2.
+FAST_TARGET_AVX2 static void dw_seg_avx2(int64_t nseg, const dw_run_seg *seg, const float *xp, const int64_t *roff,
+                                         const float *dyt, int64_t lddy, float *dwt, int64_t ldw, int rows, int cols,
+                                         bool init) {
+    float bbuf[DW_J * NR] __attribute__((aligned(32))), cbuf[MR_AVX2 * NR] __attribute__((aligned(32)));
+    const bool copy = cols % 8 != 0;
+    const float *b = dyt;
+    float *c = dwt;
+    int64_t ldb = lddy, ldc = ldw;
+    if (copy) {
+        int64_t cnt = 0;
+        for (int64_t s = 0; s < nseg; s++) cnt = seg[s].j + seg[s].len > cnt ? seg[s].j + seg[s].len : cnt;
+        memset(bbuf, 0, sizeof(float) * (size_t)(cnt * NR));
+        for (int64_t j = 0; j < cnt; j++) memcpy(bbuf + j * NR, dyt + j * lddy, sizeof(float) * (size_t)cols);
+        memset(cbuf, 0, sizeof cbuf);
+        if (!init)
+            for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
+        b = bbuf, c = cbuf, ldb = NR, ldc = NR;
+    }
+    const int nv = (cols + 7) / 8;
+    for (int v = 0; v < nv; v += 2) {
+        const bool two = nv - v >= 2;
+        if (rows > 4) {
+            if (two) seg_tile(6, 2, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+            else seg_tile(6, 1, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+        } else if (rows > 2) {
+            if (two) seg_tile(4, 2, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+            else seg_tile(4, 1, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+        } else {
+            if (two) seg_tile(2, 2, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+            else seg_tile(2, 1, nseg, seg, xp, roff, b + 8 * v, ldb, c + 8 * v, ldc, init, rows);
+        }
+    }
+    if (copy)
+        for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
+}
+
 // r0..r7 (8x8 floats, a row each) = their transpose.
 #define TRANSPOSE8(r0, r1, r2, r3, r4, r5, r6, r7)                                                   \
     {                                                                                                \
@@ -705,7 +777,8 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
 }
 
 static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, dw_seg, bias_sum, MR};
-static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, NULL, bias_sum_avx2,
+static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, dw_seg_avx2,
+                                   bias_sum_avx2,
                                    MR_AVX2};
 
 #endif  // FAST_BUILT
