@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "galley/check.h"
+#include "galley/cpu_isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -111,23 +112,8 @@ static const float *xf_log1p_table(xf_dtype dt) {
 #endif
 
 xf_isa xf_isa_best(void) {
-#if XF_VECTOR
-    static int isa = -1;  // every thread finds the same
-    int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("fma")
-                ? XF_AVX512
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? XF_AVX2
-                                                                               : XF_SCALAR;
-        __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
-    }
-    return (xf_isa)v;
-#else
-    return XF_SCALAR;
-#endif
+    const int v = XF_VECTOR ? cpu_isa_best() : 0;  // cpu_isa.h: asked once, GALLEY_CPU_ISA's cap
+    return v == 2 ? XF_AVX512 : v == 1 ? XF_AVX2 : XF_SCALAR;
 }
 
 const char *xf_isa_name(xf_isa isa) { return isa == XF_AVX512 ? "avx512" : isa == XF_AVX2 ? "avx2" : "scalar"; }

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "galley/cpu_isa.h"
+
 #define OW 2
 #define OFN(name) name##_base
 #include "optim/optim_simd_body.h"
@@ -37,25 +39,10 @@
 #define OS_X86 0
 #endif
 
-// The best instruction set this CPU has, asked once (every thread finds the same).
+// The best instruction set this CPU has (cpu_isa.h: asked once, capped by GALLEY_CPU_ISA).
 static optim_isa os_best(void) {
-#if OS_X86
-    static int isa = -1;
-    int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("fma")
-                ? OS_AVX512
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? OS_AVX2
-                                                                               : OS_BASE;
-        __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
-    }
-    return (optim_isa)v;
-#else
-    return OS_BASE;
-#endif
+    const int v = OS_X86 ? cpu_isa_best() : 0;
+    return v == 2 ? OS_AVX512 : v == 1 ? OS_AVX2 : OS_BASE;
 }
 
 const optim_simd *optim_simd_for(optim_isa isa) {

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/cpu_isa.h"
 #include "galley/rng.h"
 #include "galley/rng_mix.h"  // the dropout key hashed once per call, then one mix per draw
 
@@ -127,26 +128,8 @@ static const attn_kernels attn_avx512 = {mm_blas, exp_row_avx512, row_max_avx512
 #define ATTN_VECTOR 0
 #endif
 
-// The best instruction set this CPU has: 2 AVX-512, 1 AVX2+FMA, 0 none (asked once).
-static int attn_isa_best(void) {
-#if ATTN_VECTOR
-    static int isa = -1;
-    int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("fma")
-                ? 2
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                               : 0;
-        __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
-    }
-    return v;
-#else
-    return 0;
-#endif
-}
+// The best instruction set this CPU has: 2 AVX-512, 1 AVX2+FMA, 0 none (cpu_isa.h).
+static int attn_isa_best(void) { return ATTN_VECTOR ? cpu_isa_best() : 0; }
 
 // Test hooks (cpu_kernels.h): a forced instruction set (-1: the best) and backward split (-1: by
 // the thread count, 0: whole pairs, 1: two passes).

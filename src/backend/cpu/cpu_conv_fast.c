@@ -28,11 +28,10 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "galley/check.h"
+#include "galley/cpu_isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -783,36 +782,11 @@ static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy
 
 #endif  // FAST_BUILT
 
-// GALLEY_CPU_ISA caps the instruction set: unset, empty or auto (the best the CPU has), avx2
-// (the AVX2+FMA kernels on an AVX-512 CPU too, so one machine's tests cover both sets, whose
-// bits are the same), none (OpenBLAS and plain loops: other bits). 0, 1, 2 as ig_kernels_get.
-static int ig_isa_cap(void) {
-    const char *v = getenv("GALLEY_CPU_ISA");
-    if (!v || !*v || !strcmp(v, "auto")) return 2;
-    if (!strcmp(v, "avx2")) return 1;
-    if (!strcmp(v, "none")) return 0;
-    gl_die(GL_EXIT_USAGE, "unset it to let galley choose", "GALLEY_CPU_ISA=%s: the values are auto, avx2 and none",
-           v);
-}
-
-// The kernels of the best instruction set this CPU has (up to GALLEY_CPU_ISA); NULL: none. The
-// CPU is asked once.
+// The kernels of the best instruction set this CPU has (cpu_isa.h: capped by GALLEY_CPU_ISA);
+// NULL: none.
 static const ig_kernels *ig_kernels_get(void) {
 #if FAST_BUILT
-    static int isa = -1;  // 0: none, 1: AVX2+FMA, 2: AVX-512 (every thread finds the same)
-    int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                    __builtin_cpu_supports("fma")
-                ? 2
-            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                               : 0;
-        const int cap = ig_isa_cap();
-        v = v < cap ? v : cap;
-        __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
-    }
+    const int v = cpu_isa_best();
     return v == 2 ? &ig_avx512 : v == 1 ? &ig_avx2 : NULL;
 #else
     return NULL;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "galley/cpu_isa.h"
 
 #define GELU_PAR_MIN 16384  // below this many elements, one thread
 #define R_SQRT2 0.70710678f
@@ -28,10 +29,10 @@ __m256 _ZGVdN8v_expf(__m256 x);
 __m512 _ZGVeN16v_erff(__m512 x);
 __m512 _ZGVeN16v_expf(__m512 x);
 
-// The vector width GELU runs at: 16 (AVX-512, as the conv kernels find it), 8 (AVX2+FMA) or 1.
+// The vector width GELU runs at: 16 (AVX-512), 8 (AVX2+FMA) or 1 (cpu_isa.h).
 static int gelu_width(void) {
-    if (cpu_conv_fast_isa() == CPU_ISA_AVX512) return 16;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8 : 1;
+    const int v = cpu_isa_best();
+    return v == 2 ? 16 : v == 1 ? 8 : 1;
 }
 
 // y[0, 16) = gelu(x[0, 16)), and the backward term, as gelu8_* below 16 lanes at a time. Against
