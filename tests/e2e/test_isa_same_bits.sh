@@ -29,14 +29,19 @@ mlp=("$GALLEY_SRC/recipes/mlp.yaml" data.synthetic.train_size=1024 data.syntheti
 algos=(direct winograd)
 [[ $GALLEY_SANITIZE == 1 ]] && algos=(direct)  # ASan: about 10x slower
 
+# both NAME ALGO ARGS...: NAME with the CPU's best and with avx2, the convolutions by ALGO: the
+# same losses and weights.
+both() {
+    local m=$1 algo=$2
+    shift 2
+    GALLEY_CONV_ALGO=$algo train 1 "$m-$algo-best" "$@"
+    GALLEY_CONV_ALGO=$algo GALLEY_CPU_ISA=avx2 train 1 "$m-$algo-avx2" "$@"
+    same_losses "$m-$algo-best" "$m-$algo-avx2" 0
+    same_weights "$m-$algo-best" "$m-$algo-avx2" exact
+}
 for algo in "${algos[@]}"; do
-    for m in small cnn3d; do
-        declare -n args=$m
-        GALLEY_CONV_ALGO=$algo train 1 "$m-$algo-best" "${args[@]}"
-        GALLEY_CONV_ALGO=$algo GALLEY_CPU_ISA=avx2 train 1 "$m-$algo-avx2" "${args[@]}"
-        same_losses "$m-$algo-best" "$m-$algo-avx2" 0
-        same_weights "$m-$algo-best" "$m-$algo-avx2" exact
-    done
+    both small "$algo" "${small[@]}"
+    both cnn3d "$algo" "${cnn3d[@]}"
 done
 train 1 mlp-best "${mlp[@]}"
 GALLEY_CPU_ISA=avx2 train 1 mlp-avx2 "${mlp[@]}"
