@@ -1243,9 +1243,11 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     // alternating pairs). The same sums in the same order: the same bits. (Splitting dW by
     // filters here, so each thread transposes only its own filters of dy, measured slower.)
     const ig_kernels *kr = ig_kernels_get();
-    // Its rows' offsets (int64, at an even float index) and the padded input close scratch.
+    // Its rows' offsets (int64: 8-byte aligned, a float earlier where scratch is not) and the padded
+    // input close scratch.
     const int64_t xpf = kr && kr->dw_seg && g.geo.out[2] >= DWX_MIN_ROW && n > 0 ? dwx_floats(&g, n) : 0;
-    const int64_t x0 = (scratch_floats - xpf - 2 * kkp) & ~(int64_t)1;
+    int64_t x0 = scratch_floats - xpf - 2 * kkp;
+    if (xpf > 0 && x0 > 0 && (uintptr_t)(scratch + x0) % sizeof(int64_t)) x0--;
     const int64_t fit_x = xpf > 0 && x0 > 0 ? (x0 - kkp * f * (1 + q)) / per : 0;
     int64_t *tab = fit_x >= 1 ? (int64_t *)(void *)(scratch + x0) : NULL;
     float *xp = tab ? scratch + x0 + 2 * kkp : NULL;
