@@ -726,6 +726,23 @@ static void check_db_wide_terms(const char *at, int64_t n, int64_t f, int64_t ou
     free(dyw), free(rdbw);
 }
 
+// dW of one case with scratch of room[0] floats (a tile at a time), room[1] (tiles in groups) and
+// room[2] (also the padded input the direct form reads), against the model rdw; dw poisoned and
+// scratch NaN-filled first: the first group of tiles must write dW's sums, not add to them.
+static void check_fast_dw(const char *at, const fast_case *fc, int64_t n, const int64_t out[3], const float *x,
+                          const float *dy, float *dw, const float *rdw, float *scratch, int64_t ns,
+                          const int64_t room[3]) {
+    static const char *const which[3] = {"dw", "dw (tiles in groups)", "dw (read from the padded input)"};
+    const int64_t nw = fc->f * fc->c * fc->k[0] * fc->k[1] * fc->k[2];
+    for (int r = 0; r < 3; r++) {
+        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
+        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
+        assert_true(cpu_conv_fast_weight_grad(n, fc->c, fc->f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch,
+                                              room[r]));
+        expect_same_bits(at, which[r], dw, rdw, nw);
+    }
+}
+
 // One case through the four fast kernels at 1, 2 and 3 threads, buffers against guard pages.
 static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
     char what[200];
@@ -790,18 +807,7 @@ static void check_fast_order(const fast_case *fc, int64_t n, int at_start) {
         assert_true(cpu_conv_fast_input_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, w, dy, dx,
                 true, scratch, sb));
         expect_same_bits(at, "dx", dx, rdx, nx);
-        // scratch holds NaNs: the first group of tiles must write dW's sums, not add to them
-        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
-        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, sw));
-        expect_same_bits(at, "dw", dw, rdw, nw);
-        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
-        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
-        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, swg));
-        expect_same_bits(at, "dw (tiles in groups)", dw, rdw, nw);
-        for (int64_t i = 0; i < nw; i++) dw[i] = 1e30f;
-        for (int64_t i = 0; i < ns; i++) scratch[i] = __builtin_nanf("");
-        assert_true(cpu_conv_fast_weight_grad(n, c, f, fc->in, out, fc->k, fc->d, fc->p, x, dy, dw, scratch, swx));
-        expect_same_bits(at, "dw (read from the padded input)", dw, rdw, nw);
+        check_fast_dw(at, fc, n, out, x, dy, dw, rdw, scratch, ns, (const int64_t[3]){sw, swg, swx});
         assert_true(cpu_conv_fast_bias_grad(n, f, out_pos, dy, db));
         expect_same_bits(at, "db", db, rdb, f);
         check_db_wide_terms(at, n, f, out_pos, dy, db);
