@@ -1233,15 +1233,17 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     ig_plan g = ig_make(c, f, in, out, k, d, p);
     const int64_t kkp = ig_rows_padded(g.kk), per = dw_per_tile(&g), q = n > 0 ? dw_chunks(&g, n) : 0;
     int64_t fit = (scratch_floats - kkp * f * (1 + q)) / per;  // tiles' buffers that fit (after the parts)
-    // dw_direct where the kernels have it (AVX-512), output rows are not short and the padded
-    // input fits at the end of scratch beside at least one tile's buffers: the register tiles read
-    // x, padded once, in place of a panel (im2col) built for every group, which repeats each input
-    // element taps times and was 39% of the 16 -> 32 3x3x3 dW on 20^3 (panel 22% on the small
-    // CNN's 32 -> 64 on 16x16). Measured on a 2-core Xeon (2 threads, best of 8-15, batch 8 / 64):
-    // that dW 11.0 -> 8.0 ms, 4 -> 16 on 40^3 16.4 -> 10.6, 4 -> 32 on 32^3 11.3 -> 9.9, 32 -> 64
-    // on 16^3 18.9 -> 17.0, 32 -> 64 on 16x16 3.31 -> 3.02; cnn3d 160 -> 178 samples/s (3
-    // alternating pairs). The same sums in the same order: the same bits. (Splitting dW by
-    // filters here, so each thread transposes only its own filters of dy, measured slower.)
+    // dw_direct (both instruction sets) where output rows are not short and the padded input fits
+    // at the end of scratch beside at least one tile's buffers: the register tiles read x, padded
+    // once, in place of a panel (im2col) built for every group, which repeats each input element
+    // taps times and was 39% of the 16 -> 32 3x3x3 dW on 20^3 (panel 22% on the small CNN's
+    // 32 -> 64 on 16x16). Measured on a 2-core Xeon, AVX-512 (2 threads, best of 6-15, batch 8 /
+    // 64): that dW 10.6-11.2 -> 7.4-7.5 ms, 1 -> 16 on 40^3 4.75-4.88 -> 3.35, 4 -> 16 on 40^3
+    // 16.5 -> 9.4-9.6, 32 -> 64 on 16^3 19.0-20.8 -> 16.6-16.7, 32 -> 64 on 16x16 3.21-3.26 ->
+    // 2.88-2.93, 64 -> 128 on 8^3 8.83-8.86 -> 8.92-8.95; cnn3d 160 -> 178 samples/s (3
+    // alternating pairs; AVX2 kernels on the same Xeon 110-112 -> 117-119). The same sums in the
+    // same order: the same bits. (Splitting dW by filters here, so each thread transposes only its
+    // own filters of dy, measured slower.)
     const ig_kernels *kr = ig_kernels_get();
     // Its rows' offsets (int64: 8-byte aligned, a float earlier where scratch is not) and the padded
     // input close scratch.
