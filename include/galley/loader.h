@@ -103,6 +103,12 @@ int loader_next(gl_loader *L, gl_batch *b, FILE *err);
 // ready yet. A trainer that holds the current batch may take the next one early this way (the
 // GPU copies it while the current one computes): the slots allow two held at once (prefetch >= 2).
 int loader_try_next(gl_loader *L, gl_batch *b, FILE *err);
+// As loader_try_next; a loader without readers (data.loader.threads 0, loader_inline) makes the
+// batch now with its inputs in x ([batch capacity, size] floats, host memory the batch's user
+// owns: b->x == x), so a CPU run gathers straight into its model input. With readers x is unused.
+int loader_try_next_into(gl_loader *L, gl_batch *b, float *x, FILE *err);
+// Whether L has no reader threads: the caller's threads make each batch when it is asked for.
+bool loader_inline(const gl_loader *L);
 // The batch slots' input arrays, slot i of loader_slots: where every b.x points into (a GPU
 // backend pins them, so copies from them run asynchronously). *bytes: one slot's array.
 int loader_slots(const gl_loader *L);

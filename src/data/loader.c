@@ -8,6 +8,10 @@
 // (loader_release). Each sample is produced from (seed, epoch, sample) alone, into its own place
 // in the slot, so the content does not depend on which thread made it or when.
 //
+// With data.loader.threads 0 there are no readers: the thread that asks for a batch makes it then
+// and there, its samples shared out over its OpenMP team (fill_inline), into the slot or straight
+// into a buffer the caller names (loader_try_next_into: a CPU run's model input, one copy less).
+//
 // A sample: source (in-memory synthetic data, the memory cache, the reader's run, or an HDF5 read:
 // a hyperslab when cropping without cache) -> crop -> flips/rotation -> pad_crop shift -> copy into the slot ->
 // noise. Masks and field targets follow x through every geometric step.
@@ -21,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "data/source.h"
@@ -43,6 +48,7 @@ typedef struct {
     char skip_msg[1024];
     char err[1024];  // why the batch failed (its own: a later batch may fail too before it is served)
     float *x, *values;
+    float *x_own;    // the slot's input array (x points elsewhere while an inline batch fills a caller's)
     int32_t *labels;
     int64_t *samples;  // served (a skipped sample's replacement in its place)
     int64_t *order;    // as the order and shard say
@@ -94,6 +100,8 @@ struct gl_loader {
     pthread_t *th;
     worker *w;
     int nthreads, started;
+    int nw;          // workers: one a reader thread, or (threads 0) one a thread of the caller's team
+    int64_t *runs;   // threads 0: a batch's runs as claimed, [2 * cap] (start in work, length)
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
@@ -109,6 +117,9 @@ static double now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+// The caller's team: the threads that share an inline batch's samples.
+static int inline_workers(void) { return omp_get_max_threads(); }
 
 void loader_default_params(loader_params *p) {
     memset(p, 0, sizeof *p);
@@ -197,7 +208,8 @@ size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
     ops->describe(src, &d, &xf, &tf, &crop);
     load_plan pl;
     make_plan(r, p, ops, &d, &xf, &tf, crop, &pl);
-    size_t bytes = arena_bytes(ops, src, &pl) + (size_t)pl.threads * worker_bytes(&pl);
+    size_t bytes = arena_bytes(ops, src, &pl) + (size_t)(pl.threads > 0 ? pl.threads : inline_workers()) * worker_bytes(&pl) +
+                   (pl.threads > 0 ? 0 : 2 * (size_t)pl.cap * sizeof(int64_t));
     ops->free(src);
     return bytes;
 }
@@ -552,6 +564,44 @@ static void *reader_main(void *arg) {
     return NULL;
 }
 
+// ---- without readers (threads 0) -------------------------------------------------------------
+
+// Makes stream batch next_start in the free slot s, now, on the caller's OpenMP team (at most nw
+// threads, worker t for thread t), its inputs into dst (NULL: the slot's own array). The runs are
+// claimed first, in the order readers would take them; a failed batch keeps the message of its
+// earliest failing run, whichever thread read it.
+static void fill_inline(gl_loader *L, slot *s, float *dst) {
+    s->x = dst ? dst : s->x_own;
+    start_batch(L, s, L->next_start++);
+    int64_t nruns = 0, c;
+    while (s->claimed < s->n) {
+        int64_t m = claim(L, s, &c);
+        L->runs[2 * nruns] = c, L->runs[2 * nruns + 1] = m, nruns++;
+    }
+    int64_t skipped = 0, first = INT64_MAX;
+#pragma omp parallel num_threads(L->nw) reduction(+ : skipped)
+    {
+        char msg[1024];
+        int64_t mine = INT64_MAX;
+        worker *w = &L->w[omp_get_thread_num()];
+#pragma omp for schedule(static)
+        for (int64_t q = 0; q < nruns; q++) {  // each thread's runs in increasing q
+            int64_t sk;
+            char spare[1024];
+            int rc = make_run(L, w, s, L->runs[2 * q], L->runs[2 * q + 1], &sk, mine == INT64_MAX ? msg : spare,
+                              sizeof msg);
+            skipped += sk;
+            if (rc && mine == INT64_MAX) mine = q;
+        }
+#pragma omp critical(loader_inline_error)
+        if (mine < first) first = mine, snprintf(s->err, sizeof s->err, "%s", msg);
+    }
+    s->skipped = skipped;
+    s->failed = first != INT64_MAX;
+    s->done = s->n;
+    s->state = SLOT_READY;
+}
+
 // ---- open / next / free ----------------------------------------------------------------------
 
 // The opened split's shapes, and what happens to its samples (augmentation, NaN/Inf).
@@ -595,7 +645,7 @@ static void carve_memory(gl_loader *L, const recipe_t *r, const load_plan *pl) {
     L->slots = gl_xcalloc((size_t)L->nslots, sizeof(slot));
     for (int i = 0; i < L->nslots; i++) {
         slot *s = &L->slots[i];
-        s->x = arena_floats(&L->arena, L->cap * d->size);
+        s->x = s->x_own = arena_floats(&L->arena, L->cap * d->size);
         if (d->target == TARGET_VALUES) s->values = arena_floats(&L->arena, L->cap * d->tsize);
         else s->labels = arena_alloc(&L->arena, (size_t)(L->cap * d->tsize) * 4);
         s->samples = arena_alloc(&L->arena, (size_t)L->cap * sizeof(int64_t));
@@ -608,10 +658,12 @@ static void carve_memory(gl_loader *L, const recipe_t *r, const load_plan *pl) {
 static void start_readers(gl_loader *L, const loader_params *p) {
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
-    L->th = gl_xcalloc((size_t)L->nthreads, sizeof(pthread_t));
-    L->w = gl_xcalloc((size_t)L->nthreads, sizeof(worker));
+    L->nw = L->nthreads > 0 ? L->nthreads : inline_workers();
+    L->th = gl_xcalloc((size_t)L->nthreads + 1, sizeof(pthread_t));
+    L->w = gl_xcalloc((size_t)L->nw, sizeof(worker));
+    if (!L->nthreads) L->runs = gl_xmalloc(2 * (size_t)L->cap * sizeof(int64_t));
     int64_t big = L->xfull_n > L->tfull_n ? L->xfull_n : L->tfull_n;
-    for (int t = 0; t < L->nthreads; t++) {
+    for (int t = 0; t < L->nw; t++) {
         worker *w = &L->w[t];
         w->cur = L->ops->cursor_new ? L->ops->cursor_new(L->src) : NULL;
         w->fx = gl_xcalloc((size_t)L->xfull_n, sizeof(float));  // zero: what serve_only copies
@@ -703,10 +755,16 @@ const char *loader_stage_dir(const gl_loader *L) { return L->stage_dir; }
 const loader_cache_plan *loader_cache(const gl_loader *L) { return &L->cache; }
 
 // The next batch: waits for it when wait is set, else returns 1 at once when it is not ready.
-static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
+// Without readers it is made here (into dst when not NULL): ready either way.
+static int take_next(gl_loader *L, gl_batch *b, bool wait, float *dst, FILE *err) {
     double t0 = now_s();
-    pthread_mutex_lock(&L->mu);
     slot *s = &L->slots[L->next_out % L->nslots];
+    if (!L->nthreads) {
+        GL_CHECK(s->state == SLOT_FREE && L->next_start == L->next_out,
+                 "a batch slot still held: release batches before taking more than data.loader.prefetch");
+        fill_inline(L, s, dst);
+    }
+    pthread_mutex_lock(&L->mu);
     while (!(s->state == SLOT_READY && s->k == L->next_out)) {
         if (!wait) {
             pthread_mutex_unlock(&L->mu);
@@ -735,9 +793,13 @@ static int take_next(gl_loader *L, gl_batch *b, bool wait, FILE *err) {
     return 0;
 }
 
-int loader_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, true, err); }
+int loader_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, true, NULL, err); }
 
-int loader_try_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, false, err); }
+int loader_try_next(gl_loader *L, gl_batch *b, FILE *err) { return take_next(L, b, false, NULL, err); }
+
+int loader_try_next_into(gl_loader *L, gl_batch *b, float *x, FILE *err) { return take_next(L, b, false, x, err); }
+
+bool loader_inline(const gl_loader *L) { return !L->nthreads; }
 
 int loader_slots(const gl_loader *L) { return L->nslots; }
 
@@ -767,7 +829,7 @@ void loader_free(gl_loader *L) {
         pthread_cond_broadcast(&L->cv);
         pthread_mutex_unlock(&L->mu);
         for (int t = 0; t < L->nthreads; t++) pthread_join(L->th[t], NULL);
-        for (int t = 0; t < L->nthreads; t++) {
+        for (int t = 0; t < L->nw; t++) {
             worker *w = &L->w[t];
             if (w->cur) L->ops->cursor_free(w->cur);
             free(w->fx), free(w->ft), free(w->ax), free(w->bx), free(w->at), free(w->bt), free(w->rx), free(w->rt);
@@ -777,6 +839,7 @@ void loader_free(gl_loader *L) {
     }
     free(L->th);
     free(L->w);
+    free(L->runs);
     free(L->slots);
     unstage(L);
     L->ops->free(L->src);

@@ -134,9 +134,12 @@ static const key_spec timeseries_keys[] = {
 };
 
 static const key_spec loader_keys[] = {
-    {"threads", KT_INT, KF_DEFAULT, "2", 1, 256, NULL, OFF(data.loader.threads), NULL,
+    {"threads", KT_INT, KF_DEFAULT, "2", 0, 256, NULL, OFF(data.loader.threads), NULL,
      "reader threads: they read, decode, transform and augment samples off the training thread; the batches "
-     "are the same for any number"},
+     "are the same for any number. 0: none, the training threads make each batch when the step needs it "
+     "(on a CPU run straight into the model's input): fastest for data held in memory (synthetic, or "
+     "cached) on a CPU run whose threads fill the cores, where readers only take turns with them; "
+     "slow when samples are read from files"},
     {"prefetch", KT_INT, KF_DEFAULT, "4", 2, 1024, NULL, OFF(data.loader.prefetch), NULL,
      "batches prepared ahead (the loader's memory is this many batches, plus the cache)"},
     {"drop_last", KT_BOOL, KF_DEFAULT, "false", NO_RANGE, NULL, OFF(data.loader.drop_last), NULL,

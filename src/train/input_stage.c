@@ -180,6 +180,11 @@ void input_stage_describe(const input_stage *s, char *buf, size_t len) {
     if (!len) return;
     buf[0] = 0;
     if (!s->on || !s->steps) return;
+    if (!s->be->device && loader_inline(s->L)) {
+        snprintf(buf, len, "input: %lld of %lld batches made a step ahead by the training threads, in the model's "
+                           "input (data.loader.threads 0: no readers)", (long long)s->early, (long long)s->steps);
+        return;
+    }
     snprintf(buf, len, "input: %lld of %lld batches were ready a step ahead and copied%s %s%s (the rest: at their "
                        "own step)",
              (long long)s->early, (long long)s->steps, s->tbuf[0] ? " with their targets" : "",
@@ -190,14 +195,17 @@ void input_stage_describe(const input_stage *s, char *buf, size_t len) {
 
 void input_stage_ahead(input_stage *s, FILE *err) {
     if (!s->on || s->have) return;
-    int r = loader_try_next(s->L, &s->next, err);
+    const int k = s->g->input.data == s->buf[0] ? 1 : 0;  // the buffers the step in flight does not read
+    // A loader without readers on a host backend makes the batch in that buffer: no copy.
+    float *into = !s->be->device && loader_inline(s->L) ? s->buf[k] : NULL;
+    int r = into ? loader_try_next_into(s->L, &s->next, into, err) : loader_try_next(s->L, &s->next, err);
     if (r == 1) return;  // not ready: the next step copies it itself
     s->have = true;
     s->failed = r != 0;
     if (s->failed) return;
-    const int k = s->g->input.data == s->buf[0] ? 1 : 0;  // the buffers the step in flight does not read
     s->next_buf = s->buf[k];
-    s->be->upload_async(s->next_buf, s->next.x, sizeof(float) * (size_t)(s->next.n * s->g->input.size));
+    if (s->next.x != s->next_buf)
+        s->be->upload_async(s->next_buf, s->next.x, sizeof(float) * (size_t)(s->next.n * s->g->input.size));
     if (s->tbuf[0] && targets_of(&s->next))
         s->be->upload_async(s->tbuf[k], targets_of(&s->next), s->trow * (size_t)s->next.n);
 }

@@ -110,14 +110,16 @@ static const gl_backend *fake_backend(int pin_fail_mask) {
 
 // ---- a loader, a minimal graph (only the input is used) and the stage ------------------------
 
-static void srecipe(recipe_t *r, const char *data) {
+static void srecipe_with(recipe_t *r, const char *data, const char *loader) {
     char yaml[2048];
     snprintf(yaml, sizeof yaml,
-             "seed: 11\ndata:\n%s  loader: {threads: 2, prefetch: 3}\n"
+             "seed: 11\ndata:\n%s  loader: %s\n"
              "model:\n  layers:\n    - {type: relu}\noptimizer: {lr: 0.1}\ntrain: {batch_size: 7, epochs: 4}\n",
-             data);
+             data, loader);
     tl_recipe(r, yaml, 0, NULL);
 }
+
+static void srecipe(recipe_t *r, const char *data) { srecipe_with(r, data, "{threads: 2, prefetch: 3}"); }
 
 static gl_loader *open_train(const recipe_t *r) {
     loader_params p;
@@ -299,6 +301,50 @@ static void test_a_batch_taken_early_is_given_back(void **st) {
     fixture_close(&f);
 }
 
+// Without readers (data.loader.threads 0) on a host backend, the next batch is made in the input
+// buffer the step in flight does not read: its inputs are never copied, only its targets.
+static void test_inline_batches_are_made_in_the_input(void **st) {
+    (void)st;
+    recipe_t r, rr;
+    srecipe_with(&r, synth, "{threads: 0, prefetch: 2}");
+    srecipe(&rr, synth);
+    gl_loader *L = open_train(&r), *ref = open_train(&rr);
+    mini m;
+    mini_init(&m, L, fake_backend(0));
+    fk.g = &m.g;
+    input_stage s;
+    input_stage_init(&s, &fk.be, &m.g, L, true, &m.a, NULL, 0);
+    const int steps = 12;
+    const size_t row = sizeof(float) * (size_t)m.g.input.size;
+    for (int k = 0; k < steps; k++) {
+        gl_batch b, want;
+        bool staged;
+        assert_int_equal(input_stage_take(&s, &b, &staged, stderr), 0);
+        assert_true(staged == (k > 0));
+        if (!staged) memcpy(m.g.input.data, b.x, row * (size_t)b.n);
+        else assert_ptr_equal(b.x, m.g.input.data);
+        assert_int_equal(loader_next(ref, &want, stderr), 0);
+        assert_int_equal(b.n, want.n);
+        assert_memory_equal(m.g.input.data, want.x, row * (size_t)want.n);
+        loader_release(ref, &want);
+        if (k + 1 < steps) {
+            input_stage_ahead(&s, stderr);
+            assert_true(s.have);  // made now, not by a reader later
+            assert_true(s.next_buf != m.g.input.data && s.next.x == s.next_buf);
+        }
+        loader_release(L, &b);
+    }
+    assert_int_equal(s.early, steps - 1);
+    assert_int_equal(fk.copies, steps - 1);  // the targets alone
+    char line[256];
+    input_stage_describe(&s, line, sizeof line);
+    assert_non_null(strstr(line, "made a step ahead by the training threads"));
+    input_stage_free(&s);
+    mini_free(&m);
+    loader_free(L), loader_free(ref);
+    recipe_free(&r), recipe_free(&rr);
+}
+
 // A refused pin (a locked-memory limit) leaves copies working and says so; off means off.
 static void test_pin_refused_and_off(void **st) {
     (void)st;
@@ -419,6 +465,7 @@ int main(void) {
         cmocka_unit_test(test_every_step_sees_its_own_batch_values),
         cmocka_unit_test(test_a_batch_taken_early_is_given_back),
         cmocka_unit_test(test_pin_refused_and_off),
+        cmocka_unit_test(test_inline_batches_are_made_in_the_input),
         cmocka_unit_test(test_failed_read_taken_early_fails_its_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

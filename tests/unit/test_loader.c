@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <hdf5.h>
+#include <omp.h>
 #include <sys/stat.h>
 
 #include "galley/check.h"
@@ -353,6 +354,99 @@ static void test_bad_sample_mid_run_is_an_error(void **st) {
     recipe_free(&r);
 }
 
+// ---- without readers (data.loader.threads 0) ---------------------------------------------------
+
+// One file of n samples x [2] with labels y (n <= 16), at dir/name.
+static void small_file(const char *name, int64_t n, const int32_t *y) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    hid_t f = (hid_t)h5_create_file(path);
+    float x[32];
+    for (int i = 0; i < 32; i++) x[i] = (float)i * 0.5f - 3.0f;
+    uint64_t xd[2] = {(uint64_t)n, 2}, yd[1] = {(uint64_t)n};
+    h5_write_array(f, "x", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, xd, x, 1, 0);
+    h5_write_array(f, "y", H5T_STD_I32LE, H5T_NATIVE_INT32, 1, yd, y, 0, 0);
+    H5Fclose(f);
+}
+
+// The same stream of batches from a loader without readers (made by this thread's OpenMP team)
+// as from reader threads: synthetic data with every augmentation, HDF5 through the memory cache
+// (filled block by block) and through runs of consecutive samples (no cache); loader_try_next_into
+// makes the inputs in the caller's buffer.
+static void test_inline_equals_readers(void **st) {
+    (void)st;
+    char data[1024], more[256];
+    climate_files("clim_inline", 12);
+    const int32_t y[16] = {0, 1, 0, 1, 1, 0, 1, 0, 0, 0, 1, 1, 0, 1, 0, 1};
+    small_file("runs.h5", 16, y);
+    for (int c = 0; c < 3; c++) {
+        recipe_t a, b;
+        const char *tail = c == 1 ? "  loader: {cache: memory, threads: 0}\n" : c == 2 ? "  loader: {cache: none, threads: 0}\n"
+                                                                                      : "  loader: {threads: 0}\n";
+        snprintf(more, sizeof more, "%s%s", c == 2 ? "" : synth_aug, tail);
+        if (c == 0) lrecipe(&a, synth_data, more), lrecipe(&b, synth_data, synth_aug);
+        if (c == 1) climate_recipe(&a, "clim_inline", more), climate_recipe(&b, "clim_inline", synth_aug);
+        if (c == 2) {
+            snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s/runs.h5}\n  val: {files: %s/runs.h5}\n", dir,
+                     dir);
+            lrecipe(&a, data, more), lrecipe(&b, data, "  loader: {cache: none}\n");
+        }
+        gl_loader *la = open_loader(&a, SPLIT_TRAIN, 0, 1, 0), *lb = open_loader(&b, SPLIT_TRAIN, 0, 1, 1);
+        assert_true(loader_inline(la));
+        assert_false(loader_inline(lb));
+        int64_t nb = 2 * loader_batches_per_epoch(la) + 1;
+        stream_t sa, sb;
+        take(la, nb, &sa);
+        take(lb, nb, &sb);
+        assert_streams_equal(&sa, &sb, loader_shape(la));
+        // the next batch straight into a buffer of ours: the same inputs as the readers' slot
+        const gl_dataset *d = loader_shape(la);
+        float *buf = calloc((size_t)(loader_batch_capacity(la) * d->size), sizeof(float));
+        gl_batch ba, bb;
+        assert_int_equal(loader_try_next_into(la, &ba, buf, stderr), 0);
+        assert_ptr_equal(ba.x, buf);
+        assert_int_equal(loader_next(lb, &bb, stderr), 0);
+        assert_int_equal(ba.n, bb.n);
+        assert_memory_equal(buf, bb.x, (size_t)(bb.n * d->size) * sizeof(float));
+        loader_release(la, &ba), loader_release(lb, &bb);
+        free(buf);
+        stream_free(&sa), stream_free(&sb);
+        loader_free(la), loader_free(lb);
+        recipe_free(&a), recipe_free(&b);
+    }
+}
+
+// A batch with two bad samples, made by two threads without readers: the error names the first in
+// the batch's order whichever thread met it.
+static void test_inline_error_names_the_first_bad_sample(void **st) {
+    (void)st;
+    const int32_t y[16] = {0, 1, 0, 1, 0, 7, 0, 0, 1, 0, 0, 1, 9, 1, 0, 0};
+    small_file("two_bad.h5", 16, y);
+    char data[1024];
+    snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s/two_bad.h5}\n  val: {files: %s/two_bad.h5}\n",
+             dir, dir);
+    for (int cache = 0; cache < 2; cache++) {
+        recipe_t r;
+        lrecipe(&r, data, cache ? "  loader: {threads: 0, cache: memory}\n" : "  loader: {threads: 0, cache: none}\n");
+        r.train.batch_size = 16;
+        int saved = omp_get_max_threads();
+        omp_set_num_threads(2);
+        gl_loader *L = open_loader(&r, SPLIT_VAL, 0, 1, 0);
+        omp_set_num_threads(saved);
+        gl_batch b;
+        tl_stream s;
+        FILE *err = tl_stream_open(&s);
+        assert_int_equal(loader_next(L, &b, err), -1);
+        loader_release(L, &b);
+        char *msg = tl_stream_close(&s);
+        assert_non_null(strstr(msg, "two_bad.h5"));
+        assert_non_null(strstr(msg, "sample 5"));
+        free(msg);
+        loader_free(L);
+        recipe_free(&r);
+    }
+}
+
 // ---- the data-source registry (src/data/source_registry.c) -----------------------------------
 
 // Every source's name and id round-trip, the first ids are recipe.h's DATA_SOURCE_*, the
@@ -399,6 +493,8 @@ int main(void) {
         cmocka_unit_test(test_masks_follow_inputs),
         cmocka_unit_test(test_staging_copies_this_ranks_files),
         cmocka_unit_test(test_bad_sample_mid_run_is_an_error),
+        cmocka_unit_test(test_inline_equals_readers),
+        cmocka_unit_test(test_inline_error_names_the_first_bad_sample),
     };
     h5_setup(false);
     return cmocka_run_group_tests(tests, setup, teardown);
