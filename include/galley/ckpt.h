@@ -76,9 +76,11 @@ void ckpt_path(char *buf, size_t len, const char *dir, const char *name, int64_t
 // named with the name as it is (before names were made safe) count too.
 int ckpt_list(const char *dir, const char *name, char ***paths, int64_t **steps);
 void ckpt_list_free(char **paths, int64_t *steps, int n);
-// Deletes all but the newest keep checkpoints of `name`, and stale temporary files
-// (ckpt_remove_stale, said on stdout). Returns the number of checkpoints deleted.
-int ckpt_prune(const char *dir, const char *name, int64_t keep);
+// Deletes all but the newest keep checkpoints of `name` at steps up to upto (the step just
+// written), and stale temporary files (ckpt_remove_stale, said on stdout). Checkpoints of later
+// steps (another run's of the same name) are left alone: *later (when not NULL) receives the
+// highest such step, or -1. Returns the number of checkpoints deleted.
+int ckpt_prune(const char *dir, const char *name, int64_t keep, int64_t upto, int64_t *later);
 // Creates dir (and parents) and checks that a file can be created in it; removes stale
 // temporary files there (ckpt_remove_stale, said on stdout). 0, or -1 with the reason in err.
 int ckpt_prepare_dir(const char *dir, char *err, size_t errlen);

@@ -112,11 +112,13 @@ void ckpt_list_free(char **paths, int64_t *steps, int n) {
     free(steps);
 }
 
-int ckpt_prune(const char *dir, const char *name, int64_t keep) {
+int ckpt_prune(const char *dir, const char *name, int64_t keep, int64_t upto, int64_t *later) {
     char **p;
     int64_t *s;
-    int n = ckpt_list(dir, name, &p, &s), gone = 0;
-    for (int i = (int)keep; i < n; i++) gone += unlink(p[i]) == 0;
+    int n = ckpt_list(dir, name, &p, &s), gone = 0, first = 0;
+    while (first < n && s[first] > upto) first++;  // newest first: another run's, left alone
+    if (later) *later = first ? s[0] : -1;
+    for (int i = first + (int)keep; i < n; i++) gone += unlink(p[i]) == 0;
     ckpt_list_free(p, s, n);
     ckpt_remove_stale(dir, stdout);  // the run's console: train prints to stdout
     return gone;

@@ -85,11 +85,21 @@ static int ckpt_write_as(train_ctx *c, const gl_graph *g, const gl_optim *o, con
                      "--resume auto\n", (long long)st->step, why);
         return -1;
     }
-    ckpt_prune(c->r->checkpoint.dir, c->r->name, c->r->checkpoint.keep);
     struct stat sb;
     double mib = stat(path, &sb) == 0 ? (double)sb.st_size / 1048576.0 : NAN;
+    int64_t later;
+    ckpt_prune(c->r->checkpoint.dir, c->r->name, c->r->checkpoint.keep, st->step, &later);
     fprintf(out, "checkpoint: %s (step %lld, %.2f MiB, %.2f s)\n", path, (long long)st->step, mib,
             runlog_now() - t0);
+    // A fresh run in a directory holding a longer run of the same name: pruning by step alone
+    // deleted this run's checkpoints as soon as they were written.
+    if (later >= 0 && !c->said_later) {
+        fprintf(err, "galley: warning: %s/ holds checkpoints of '%s' up to step %lld, later than this run's: they "
+                     "are kept, and checkpoint.keep counts this run's alone, but --resume auto would pick them\n"
+                     "  hint: give this run another name or checkpoint.dir\n",
+                c->r->checkpoint.dir, c->r->name, (long long)later);
+        c->said_later = true;
+    }
     fflush(out);
     return 0;
 }

@@ -47,6 +47,7 @@ typedef struct {
     gl_loss_scale ls;   // train.precision fp16: the loss gradient's factor (off: 1)
     bool staged;        // the step's batch is already in the model input (input_stage_take)
     struct input_stage *stage;  // the run's input staging (evaluation batches' targets), or NULL
+    bool said_later;    // warned that checkpoint.dir holds later checkpoints of this name (train_ckpt.c)
 } train_ctx;
 
 // Arena bytes train_ctx_init carves for this recipe, model and rank count.

@@ -93,6 +93,15 @@ for want in "format           galley-checkpoint" "format_version   1" "step     
 done
 assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=k checkpoint.every_steps=5 checkpoint.keep=2
 [[ $(ls k) == "quickstart-step00000035.h5"$'\n'"quickstart-step00000040.h5" ]] || fail "keep=2 left: $(ls -A k)"
+# A fresh, shorter run of the same name there: keep counts its own checkpoints; the longer run's
+# are kept (pruning by step alone deleted each new checkpoint as it was written), and it is warned.
+assert_exit 0 "$GALLEY" train "$MLP" "${mlp[@]}" checkpoint.dir=k checkpoint.every_steps=5 checkpoint.keep=2 \
+    train.steps=15
+want="quickstart-step00000010.h5 quickstart-step00000015.h5 quickstart-step00000035.h5 quickstart-step00000040.h5"
+[[ $(ls k | tr '\n' ' ') == "$want " ]] || fail "a shorter run in k left: $(ls -A k)"
+assert_contains "$ERR" "holds checkpoints of 'quickstart' up to step 40, later than this run's" "later checkpoints"
+[[ $(grep -c "later than this run's" <<<"$ERR") == 1 ]] || fail "the warning is said more than once: $ERR"
+assert_not_contains "$OUT" "nan MiB" "checkpoint line"
 
 # ---- signals and the time limit --------------------------------------------------------------
 # A run long enough to be interrupted (about 2 s on one core), and its uninterrupted result.
