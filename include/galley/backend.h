@@ -144,6 +144,12 @@ typedef struct gl_backend {
     // written, for a dx that this call writes first (not cleared by the graph): the same bits.
     void (*dense_backward_set)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                                const float *dy, float *dw, float *db, float *dx);
+    // Optional (NULL: no fusion): dense_backward_set with dx through the derivative of the relu or
+    // leaky_relu (slope >= 0) whose output x is, as it is stored: the bits of dense_backward_set
+    // and then act_backward_set(act, slope, x, dx, dx). The graph hands such an activation's
+    // derivative to the dense layer that alone reads its output (graph_build).
+    void (*dense_backward_act)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
+                               const float *dy, float *dw, float *db, float *dx, gl_act act, float slope);
     // y[i] = act(x[i]) over n elements; alpha is leaky_relu's slope
     void (*act_forward)(gl_act act, float alpha, int64_t n, const float *x, float *y);
     // dx[i] += dy[i] * act'(x[i])

@@ -631,6 +631,48 @@ static void check_pool_fusion_shared(const char *layers, gl_shape input, int nt)
 // layer too. 2D and 3D, at 1 and 3 threads; windows of 2 that tile the map, and strides larger
 // than the kernel. The pools' outputs, which hold the winners the derivative reads, are
 // rewritten in place by a relu and a leaky_relu after p1 (q1): the sign they keep is all it reads.
+// A relu or leaky_relu whose output a dense layer alone reads leaves its derivative to that
+// layer's input gradient (graph_fuse_act_grads, dense_backward_act): per-token layers, so the rows
+// (batch x tokens) and widths take galley's product with the gate in its store, on 1 and 3
+// threads. The gradients are the bits of the graph built with model.fuse: false; an activation
+// before a token pool keeps its own backward.
+static void test_dense_applies_the_activation_derivative(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: dense, units: 40, name: d1}\n"
+                         "    - {type: relu, name: r1}\n"
+                         "    - {type: dense, units: 36, name: d2}\n"
+                         "    - {type: leaky_relu, slope: 0.1, name: r2}\n"
+                         "    - {type: dense, units: 33, name: d3}\n"
+                         "    - {type: relu, name: r3}\n"
+                         "    - {type: token_pool, mode: mean, name: pool}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        tl_model mf, mu;
+        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
+        gl_graph *f = &mf.g, *u = &mu.g;
+        assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "d2")]);
+        assert_true(f->layers[tl_layer(f, "r2")].grad_by == &f->layers[tl_layer(f, "d3")]);
+        assert_null(f->layers[tl_layer(f, "r3")].grad_by);
+        assert_null(u->layers[tl_layer(u, "r1")].grad_by);
+        float r[N * 3];
+        backward_both(f, u, 91, r);
+        for (int i = 0; i < f->nlayers; i++) {
+            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+            for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)  // r1, r2: their dense's
+                if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
+                    fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                             lf->out.grad[j], lu->out.grad[j]);
+        }
+        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+        tl_model_free(&mf);
+        tl_model_free(&mu);
+    }
+    omp_set_num_threads(saved);
+}
+
 static void test_pool_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -1100,6 +1142,7 @@ int main(void)
         cmocka_unit_test(test_set_gradients_equal_added_ones),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
+        cmocka_unit_test(test_dense_applies_the_activation_derivative),
         cmocka_unit_test(test_conv_writes_the_pool_after_it),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_gradient_sharing_on_random_graphs),

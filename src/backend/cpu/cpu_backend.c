@@ -95,6 +95,7 @@ static const gl_backend cpu = {
     .dense_forward_act = cpu_dense_forward_act,
     .dense_backward = cpu_dense_backward,
     .dense_backward_set = cpu_dense_backward_set,
+    .dense_backward_act = cpu_dense_backward_act,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
     .act_backward_set = cpu_act_backward_set,

@@ -2,13 +2,14 @@
 // with the bias and the activation fused into the tile's first load and last store.
 //
 // c[M, N] = init + op(a)[M, K] . op(b)[K, N], row-major, init = c itself (acc), else bias[j] per
-// column (or 0); act (relu, leaky_relu) applied as c is stored. A 12 x 32 register tile of C
-// (24 AVX-512 accumulators) takes, for each k in order, 2 vectors of op(b)'s row k and 12
-// broadcasts of op(a)'s column k: every element of C is one chain of fused multiply-adds in k
-// order from its init, whichever tile, thread or instruction set computes it, so the bits do not
-// depend on the thread count, and AVX2 (which runs the tile as four 6 x 16 quarters) gives the
-// bits of AVX-512. K is cut into blocks of GKC: a block's sums go back to c and are loaded again
-// for the next, which continues the same chain.
+// column (or 0); act (relu, leaky_relu) applied as c is stored, or its derivative through a gate
+// array laid out as c (cpu_store_act.gate: a dense layer's input gradient through the relu before
+// it). A 12 x 32 register tile of C (24 AVX-512 accumulators) takes, for each k in order, 2 vectors
+// of op(b)'s row k and 12 broadcasts of op(a)'s column k: every element of C is one chain of fused
+// multiply-adds in k order from its init, whichever tile, thread or instruction set computes it, so
+// the bits do not depend on the thread count, and AVX2 (which runs the tile as four 6 x 16
+// quarters) gives the bits of AVX-512. K is cut into blocks of GKC: a block's sums go back to c and
+// are loaded again for the next, which continues the same chain.
 //
 // Operands: op(a) is read in place (12 broadcasts a row apart, or 12 neighbours of a row), but
 // for a weight gradient (op(a) = dy^T, op(b) = x in place), where each row tile's block of op(a)
@@ -71,6 +72,7 @@ typedef struct {
     bool load;              // init from c (acc, or a later k block), else from bias or 0
     const float *bias;      // per column, at j0 (first k block only); NULL: 0
     cpu_store_act act;      // applied after the last k block
+    const float *gate;      // act.gate at [i0][j0] (with act.on: the derivative's gate), else NULL
 } gf_tile_job;
 
 #if GF_BUILT
@@ -79,6 +81,13 @@ GF_512 static inline __m512 gf_act512(cpu_store_act act, __m512 x) {
     const __m512 z = _mm512_setzero_ps();
     if (act.act == ACT_RELU) return _mm512_max_ps(x, z);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, z, _CMP_GT_OQ), _mm512_mul_ps(x, _mm512_set1_ps(act.slope)), x);
+}
+
+// 0 + (g > 0 ? x : leaky ? slope * x : 0): the derivative through the gate (relu_like_backward's bits)
+GF_512 static inline __m512 gf_gate512(cpu_store_act act, __m512 g, __m512 x) {
+    const __m512 z = _mm512_setzero_ps();
+    const __m512 off = act.act == ACT_RELU ? z : _mm512_mul_ps(_mm512_set1_ps(act.slope), x);
+    return _mm512_add_ps(z, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, z, _CMP_GT_OQ), off, x));
 }
 
 // The 12 x 32 tile on AVX-512. Rows before r0 start from 0 and are not stored (they may be
@@ -98,6 +107,9 @@ GF_512 static void gf_tile512(const gf_tile_job *t) {
             c[i][0] = c[i][1] = _mm512_setzero_ps();
         }
     }
+    // The gate's rows, wanted at the store: fetched while the sums run.
+    for (int i = 0; t->gate && i < GM; i++) _mm_prefetch((const char *)(t->gate + i * t->ldc), _MM_HINT_T0),
+                                             _mm_prefetch((const char *)(t->gate + i * t->ldc + 16), _MM_HINT_T0);
     const float *b = t->b;
     const int64_t kc = t->kc, ldb = t->ldb, lda = t->lda;
     // Fully unrolled over i so the 24 sums stay in registers.
@@ -133,7 +145,12 @@ GF_512 static void gf_tile512(const gf_tile_job *t) {
     for (int i = 0; i < GM; i++) {
         if (i < t->r0) continue;
         __m512 lo = c[i][0], hi = c[i][1];
-        if (t->act.on) lo = gf_act512(t->act, lo), hi = gf_act512(t->act, hi);
+        if (t->gate) {
+            lo = gf_gate512(t->act, _mm512_maskz_loadu_ps(m0, t->gate + i * t->ldc), lo);
+            hi = gf_gate512(t->act, _mm512_maskz_loadu_ps(m1, t->gate + i * t->ldc + 16), hi);
+        } else if (t->act.on) {
+            lo = gf_act512(t->act, lo), hi = gf_act512(t->act, hi);
+        }
         _mm512_mask_storeu_ps(t->c + i * t->ldc, m0, lo);
         _mm512_mask_storeu_ps(t->c + i * t->ldc + 16, m1, hi);
     }
@@ -146,6 +163,12 @@ GF_256 static inline __m256 gf_act256(cpu_store_act act, __m256 x) {
     const __m256 z = _mm256_setzero_ps();
     if (act.act == ACT_RELU) return _mm256_max_ps(x, z);
     return _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_set1_ps(act.slope)), x, _mm256_cmp_ps(x, z, _CMP_GT_OQ));
+}
+
+GF_256 static inline __m256 gf_gate256(cpu_store_act act, __m256 g, __m256 x) {
+    const __m256 z = _mm256_setzero_ps();
+    const __m256 off = act.act == ACT_RELU ? z : _mm256_mul_ps(_mm256_set1_ps(act.slope), x);
+    return _mm256_add_ps(z, _mm256_blendv_ps(off, x, _mm256_cmp_ps(g, z, _CMP_GT_OQ)));
 }
 
 // lanes j (column h + j of the tile, j < 8) with h + j >= s0
@@ -168,6 +191,7 @@ GF_256 static void gf_quarter256(const gf_tile_job *t, int q0, int h) {
             c[i][0] = c[i][1] = _mm256_setzero_ps();
         }
     }
+    for (int i = 0; t->gate && i < 6; i++) _mm_prefetch((const char *)(t->gate + (q0 + i) * t->ldc + h), _MM_HINT_T0);
     const float *b = t->b + h;
     const int64_t kc = t->kc, ldb = t->ldb, lda = t->lda;
 #define GF_FMA(AEL, i)                                      \
@@ -199,7 +223,12 @@ GF_256 static void gf_quarter256(const gf_tile_job *t, int q0, int h) {
     for (int i = 0; i < 6; i++) {
         if (q0 + i < t->r0) continue;
         __m256 lo = c[i][0], hi = c[i][1];
-        if (t->act.on) lo = gf_act256(t->act, lo), hi = gf_act256(t->act, hi);
+        if (t->gate) {
+            lo = gf_gate256(t->act, _mm256_maskload_ps(t->gate + (q0 + i) * t->ldc + h, m0), lo);
+            hi = gf_gate256(t->act, _mm256_maskload_ps(t->gate + (q0 + i) * t->ldc + h + 8, m1), hi);
+        } else if (t->act.on) {
+            lo = gf_act256(t->act, lo), hi = gf_act256(t->act, hi);
+        }
         _mm256_maskstore_ps(t->c + (q0 + i) * t->ldc + h, m0, lo);
         _mm256_maskstore_ps(t->c + (q0 + i) * t->ldc + h + 8, m1, hi);
     }
@@ -280,6 +309,7 @@ static void gf_task_at(const gf_call *g, int64_t i_lo, int64_t i_hi, int64_t jb_
                 int64_t j0;
                 gf_tile_job t = gf_job(g, k0, kc, jb, &j0);
                 t.lda = GM, t.a = pk, t.b = g->b + k0 * g->ldb + j0, t.c = g->c + i0 * g->ldc + j0;
+                t.gate = t.act.on && t.act.gate ? t.act.gate + i0 * g->ldc + j0 : NULL;
                 t.r0 = (int)(i - i0);
                 g->tile(&t);
             }
@@ -322,6 +352,7 @@ static void gf_task(const gf_call *g, int64_t q) {
                 t.r0 = (int)(i - i0);
                 t.a = g->ta ? g->a + k0 * g->lda + i0 : g->a + i0 * g->lda + k0;
                 t.c = g->c + i0 * g->ldc + j0;
+                t.gate = t.act.on && t.act.gate ? t.act.gate + i0 * g->ldc + j0 : NULL;
                 g->tile(&t);
             }
         }

@@ -23,6 +23,8 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
                         float *db, float *dx);
 void cpu_dense_backward_set(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
                             float *dw, float *db, float *dx);
+void cpu_dense_backward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
+                            float *dw, float *db, float *dx, gl_act act, float slope);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
 void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
@@ -68,6 +70,10 @@ typedef struct {
     gl_act act;  // ACT_RELU or ACT_LEAKY_RELU
     float slope;
     bool stream;  // cpu_conv_fast.c: finished outputs of whole tiles bypass the caches (AVX2 kernels)
+    // cpu_gemm_fast only: not the activation but its derivative through gate, an array laid out as
+    // c (same ldc): c = 0 + (gate > 0 ? c : leaky ? slope * c : 0), cpu_act_backward_set's bits
+    // (a dense layer's input gradient through the relu whose output is that layer's input).
+    const float *gate;
 } cpu_store_act;
 // A max pool written as the convolution stores its output (NULL: none): windows {kd, 2, 2} (kd 1
 // or 2) at stride the window, no padding, over an output whose D, H, W they tile; y (N,F,D/kd,

@@ -95,6 +95,7 @@ static bool dense_takes_act(const layer_t *l, const gl_backend *be, gl_act act, 
 }
 
 static void dense_backward(layer_t *l, const gl_backend *be, int64_t n) {
+    if (l->grad_deferred) return;  // the activation before runs backward_act (graph_build)
     int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->out.size / t;
     float *db = l->nparams > 1 ? l->dw + u * k : NULL;
     if (l->tp_role == GL_TP_COLUMN)
@@ -112,6 +113,19 @@ static bool dense_sets_grad(const layer_t *l, const gl_backend *be, int k) {
     return l->tp_role == GL_TP_NONE && be->dense_backward_set;
 }
 
+// The relu or leaky_relu whose output this layer alone reads can leave its derivative to this
+// layer's input gradient, applied as the product stores it (its input: the activation's output).
+static bool dense_takes_act_grad(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
+    return l->tp_role == GL_TP_NONE && be->dense_backward_act && gl_act_storable(act, slope);
+}
+
+// This layer's backward with dx, the activation's input gradient, written whole through its derivative.
+static void dense_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx) {
+    int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->out.size / t;
+    float *db = l->nparams > 1 ? l->dw + u * k : NULL;
+    be->dense_backward_act(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, dx, act, slope);
+}
+
 const layer_kind layer_dense = {
     .name = "dense",
     .doc = "fully connected: y = x W^T + b over the flattened input, or per token on tokens [T, D] -> "
@@ -125,4 +139,6 @@ const layer_kind layer_dense = {
     .backward = dense_backward,
     .sets_grad = dense_sets_grad,
     .takes_act = dense_takes_act,
+    .takes_act_grad = dense_takes_act_grad,
+    .backward_act = dense_backward_act,
 };
