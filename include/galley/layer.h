@@ -142,7 +142,7 @@ struct layer {
     gl_act store_act;
     float store_slope;
     // Set by graph_build where the layer that alone reads an activation's output applies the
-    // activation's derivative in its own backward (a max_pool of windows that do not overlap):
+    // activation's derivative in its own backward (a max_pool of windows that do not overlap, a dense layer):
     // the activation's backward runs grad_by's backward_act into its input gradient, and
     // grad_by's own backward (grad_deferred) does nothing. One pass over the maps less.
     layer_t *grad_by;

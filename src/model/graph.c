@@ -53,7 +53,8 @@ static int64_t graph_fuse_acts(gl_graph *g) {
 
 // Hands each relu or leaky_relu whose output one layer alone reads to that layer's backward, where
 // its kind can apply the derivative as it writes its input gradient (takes_act_grad: a max_pool
-// of windows that do not overlap). The activation's backward then runs the consumer's
+// of windows that do not overlap, or a dense layer, whose product stores its input gradient
+// through the activation's output as a gate). The activation's backward then runs the consumer's
 // backward_act; the consumer's own backward does nothing. The activation keeps its output
 // gradient buffer, which nothing writes. Only an activation that alone reads its input, on a
 // backend that writes such gradients whole (act_backward_set): it is then always the first to
