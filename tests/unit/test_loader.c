@@ -325,6 +325,16 @@ static void test_staging_copies_this_ranks_files(void **st) {
     recipe_free(&r);
 }
 
+// The next batch fails: what loader_next said (malloc'ed).
+static char *failed_next(gl_loader *L) {
+    gl_batch b;
+    tl_stream s;
+    FILE *err = tl_stream_open(&s);
+    assert_int_equal(loader_next(L, &b, err), -1);
+    loader_release(L, &b);
+    return tl_stream_close(&s);
+}
+
 static void test_bad_sample_mid_run_is_an_error(void **st) {
     (void)st;
     char path[256];
@@ -341,12 +351,7 @@ static void test_bad_sample_mid_run_is_an_error(void **st) {
     recipe_t r;
     lrecipe(&r, data, "");
     gl_loader *L = open_loader(&r, SPLIT_VAL, 0, 1, 2);
-    gl_batch b;
-    tl_stream s;
-    FILE *err = tl_stream_open(&s);
-    assert_int_equal(loader_next(L, &b, err), -1);  // samples 0..6: sample 4 has label 5
-    loader_release(L, &b);
-    char *msg = tl_stream_close(&s);
+    char *msg = failed_next(L);  // samples 0..6: sample 4 has label 5
     assert_non_null(strstr(msg, "badlabel.h5"));
     assert_non_null(strstr(msg, "sample 4"));
     free(msg);
@@ -433,12 +438,7 @@ static void test_inline_error_names_the_first_bad_sample(void **st) {
         omp_set_num_threads(2);
         gl_loader *L = open_loader(&r, SPLIT_VAL, 0, 1, 0);
         omp_set_num_threads(saved);
-        gl_batch b;
-        tl_stream s;
-        FILE *err = tl_stream_open(&s);
-        assert_int_equal(loader_next(L, &b, err), -1);
-        loader_release(L, &b);
-        char *msg = tl_stream_close(&s);
+        char *msg = failed_next(L);
         assert_non_null(strstr(msg, "two_bad.h5"));
         assert_non_null(strstr(msg, "sample 5"));
         free(msg);
