@@ -19,13 +19,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-#include <omp.h>
 #include <unistd.h>
 
 #include "data/source.h"
@@ -208,8 +208,9 @@ size_t loader_plan_bytes(const recipe_t *r, const loader_params *p) {
     ops->describe(src, &d, &xf, &tf, &crop);
     load_plan pl;
     make_plan(r, p, ops, &d, &xf, &tf, crop, &pl);
-    size_t bytes = arena_bytes(ops, src, &pl) + (size_t)(pl.threads > 0 ? pl.threads : inline_workers()) * worker_bytes(&pl) +
-                   (pl.threads > 0 ? 0 : 2 * (size_t)pl.cap * sizeof(int64_t));
+    const int64_t workers = pl.threads > 0 ? pl.threads : inline_workers();
+    size_t bytes = arena_bytes(ops, src, &pl) + (size_t)workers * worker_bytes(&pl) +
+                   (pl.threads > 0 ? 0 : 2 * (size_t)pl.cap * sizeof(int64_t));  // fill_inline's runs
     ops->free(src);
     return bytes;
 }

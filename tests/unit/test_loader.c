@@ -386,14 +386,15 @@ static void test_inline_equals_readers(void **st) {
     small_file("runs.h5", 16, y);
     for (int c = 0; c < 3; c++) {
         recipe_t a, b;
-        const char *tail = c == 1 ? "  loader: {cache: memory, threads: 0}\n" : c == 2 ? "  loader: {cache: none, threads: 0}\n"
-                                                                                      : "  loader: {threads: 0}\n";
+        const char *tail = c == 1   ? "  loader: {cache: memory, threads: 0}\n"
+                           : c == 2 ? "  loader: {cache: none, threads: 0}\n"
+                                    : "  loader: {threads: 0}\n";
         snprintf(more, sizeof more, "%s%s", c == 2 ? "" : synth_aug, tail);
         if (c == 0) lrecipe(&a, synth_data, more), lrecipe(&b, synth_data, synth_aug);
         if (c == 1) climate_recipe(&a, "clim_inline", more), climate_recipe(&b, "clim_inline", synth_aug);
         if (c == 2) {
-            snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s/runs.h5}\n  val: {files: %s/runs.h5}\n", dir,
-                     dir);
+            snprintf(data, sizeof data, "  source: hdf5\n  train: {files: %s/runs.h5}\n  val: {files: %s/runs.h5}\n",
+                     dir, dir);
             lrecipe(&a, data, more), lrecipe(&b, data, "  loader: {cache: none}\n");
         }
         gl_loader *la = open_loader(&a, SPLIT_TRAIN, 0, 1, 0), *lb = open_loader(&b, SPLIT_TRAIN, 0, 1, 1);
