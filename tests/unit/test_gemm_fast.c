@@ -98,6 +98,24 @@ static void test_gemm_fast_sums_in_the_documented_order(void **state) {
                   isa_here == CPU_ISA_AVX512 ? "AVX-512 and AVX2" : "AVX2");
 }
 
+// A forward over fewer rows than columns (cpu_gemm_fast.c's gf_fwd_t: computed transposed, on
+// AVX-512): its fmaf chains bit for bit, with and without bias and activation, rows and columns
+// past whole tiles (the last block and tile moved back), at 1 and 2 threads.
+static void test_gemm_fast_few_rows_forward(void **state) {
+    (void)state;
+    if (cpu_conv_fast_isa() == CPU_ISA_NONE) skip();
+    const int64_t ms[] = {32, 45, 64, 128}, ns[] = {130, 512}, ks[] = {1, 200, 513};
+    int cases = 0;
+    for (int x = 0; x < 4; x++)
+        for (int y = 0; y < 2; y++)
+            for (int z = 0; z < 3; z++) {
+                const gemm_case g = {.tb = true, .bias = (x + z) % 2 == 0, .act = (x + y + z) % 3,
+                                     .m = ms[x], .n = ns[y], .k = ks[z]};
+                assert_true(run_case(cpu_conv_fast_isa(), &g, 1 + (x + y + z) % 2, 0, 31 + (uint64_t)cases));
+                cases++;
+            }
+}
+
 // The same product at 1 and 2 threads: the same bits (the model test runs each case at one count).
 static void test_gemm_fast_same_bits_at_any_thread_count(void **state) {
     (void)state;
@@ -194,6 +212,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_fast_sums_in_the_documented_order),
         cmocka_unit_test(test_gemm_fast_same_bits_at_any_thread_count),
+        cmocka_unit_test(test_gemm_fast_few_rows_forward),
         cmocka_unit_test(test_gemm_fast_declines_small_products),
         cmocka_unit_test(test_dense_kernels_match_double_loops),
         cmocka_unit_test(test_dense_forward_act_is_the_two_passes),
