@@ -374,7 +374,7 @@ static void gf_task(const gf_call *g, int64_t q) {
 // runs +1.4% by median and +1.2% by best over 16 alternating pairs (+0.9% and +4.3% by median in
 // two earlier series of 12, with the pack shared); the small CNN's 4096 -> 128 unchanged. The
 // panels are malloc'ed per call (the dense hooks take no scratch): glibc hands the same block back
-// each step (perf stat: 4,584 page faults for 2,000 MLP steps, 4,603 for 500), and where malloc
+// each step (perf stat: 5,089 page faults for 2,000 MLP steps, 5,093 for 500), and where malloc
 // fails the product takes the other path.
 
 #if GF_BUILT
