@@ -137,6 +137,7 @@ static void case_run(case_t *c) {
 static const shape_t shapes[] = {
     {2, 1, 2, 64, 0, 0},  {1, 7, 3, 17, 1, 0},   {2, 65, 2, 32, 0, 0},  {1, 65, 1, 64, 1, 0},
     {1, 200, 2, 17, 1, 0}, {1, 200, 1, 64, 0, 0}, {2, 130, 2, 48, 1, 0}, {1, 129, 1, 80, 0, 0},
+    {3, 64, 3, 64, 0, 0},  {2, 128, 2, 64, 1, 0},  // whole tiles: vit-tiny's one, and two (first tiles write)
 };
 #define NSHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 

@@ -90,6 +90,23 @@ static void AFN(scale_row)(float *x, int64_t cnt, float a) {
     for (; j < cnt; j++) x[j] *= a;
 }
 
+// s[j] = s[j] * (dp[j] - d) * scale for j < cnt (dS from P and dP, without dropout).
+static void AFN(ds_row)(float *s, const float *dp, int64_t cnt, float d, float scale) {
+    int64_t j = 0;
+    for (; j + AW <= cnt; j += AW) *(af_u *)(s + j) = *(af_u *)(s + j) * (*(const af_u *)(dp + j) - d) * scale;
+    for (; j < cnt; j++) s[j] = s[j] * (dp[j] - d) * scale;
+}
+
+// sum_j a[j] b[j] over j < cnt (lane sums, then hsum; the tail in order after).
+static float AFN(dot)(const float *a, const float *b, int64_t cnt) {
+    af acc = (af){0};
+    int64_t j = 0;
+    for (; j + AW <= cnt; j += AW) acc += *(const af_u *)(a + j) * *(const af_u *)(b + j);
+    float sum = AFN(hsum)(acc);
+    for (; j < cnt; j++) sum += a[j] * b[j];
+    return sum;
+}
+
 #undef af
 #undef ai
 #undef af_u

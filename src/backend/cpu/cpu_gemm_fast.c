@@ -13,12 +13,12 @@
 //
 // Operands: op(a) is read in place (12 broadcasts a row apart, or 12 neighbours of a row), but
 // for a weight gradient (op(a) = dy^T, op(b) = x in place), where each row tile's block of op(a)
-// is first copied to [GKC][12] (gf_task_at). op(b)'s row k is read in place when b is not
-// transposed (32 floats of row k), and packed [GKC][32] on the stack by 8 x 8 transposes when it
-// is (a dense forward's W^T). Tiles never hang over C's edge: the last row tile and column block
-// are moved back to end at M and N (the rows and columns they share with their neighbours are
-// computed again, with the same chain, and not stored), so M >= 12 and N >= 32 are needed;
-// smaller products stay with OpenBLAS (cpu_gemm).
+// is first copied to [GKC][12] (gf_task_at; not where a's rows are near, GA_NEAR). op(b)'s row k
+// is read in place when b is not transposed (32 floats of row k), and packed [GKC][32] on the
+// stack by 8 x 8 transposes when it is (a dense forward's W^T). Tiles never hang over C's edge:
+// the last row tile and column block are moved back to end at M and N (the rows and columns they
+// share with their neighbours are computed again, with the same chain, and not stored), so M >= 12
+// and N >= 32 are needed; smaller products stay with OpenBLAS (cpu_gemm).
 //
 // Why not OpenBLAS (through cpu_gemm's fixed tiles, which repack the shared operand per tile).
 // Measured on a 2-core Xeon (Emerald Rapids, AVX-512), 2 threads, best of 8 alternating runs, ms,
@@ -51,6 +51,11 @@
 #define GMC 192  // rows of C per task (16 tiles: their rows of op(a) for one block stay in L2)
 #define GJB 8    // column blocks per task at most
 #define GJB_AT 32  // the same for a weight gradient (gf_task_at)
+// op(a) = a^T with a's rows at most GA_NEAR floats apart (the attention's P^T and dS^T, a tile on
+// the stack): read in place, 12 neighbours of a row per k, as gf_tile512 reads any op(a) = a^T;
+// copying them first (gf_task_at, for weight gradients' rows a layer's width apart) made
+// vit-tiny's attention backward 3.6 ms instead of 3.0 (2 threads, Xeon).
+#define GA_NEAR 64
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -333,7 +338,7 @@ static void gf_task(const gf_call *g, int64_t q) {
     const int64_t i_lo = t_lo * GM, i_hi = t_hi * GM < g->m ? t_hi * GM : g->m;
     const int64_t jb_lo = jg * g->nbj / g->ngj, jb_hi = (jg + 1) * g->nbj / g->ngj;
     float panel[GKC * GN] __attribute__((aligned(64)));
-    if (g->ta && !g->tb) {  // a weight gradient: pack op(a)'s tiles instead
+    if (g->ta && !g->tb && g->lda > GA_NEAR) {  // a weight gradient: pack op(a)'s tiles instead
         gf_task_at(g, i_lo, i_hi, jb_lo, jb_hi, panel);
         return;
     }
