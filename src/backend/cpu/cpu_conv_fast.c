@@ -302,19 +302,6 @@ FAST_TARGET static void dw_tile(int64_t cnt, const float *panel, int64_t ldp, co
     dw_seg(1, &one, panel, roff, dyt, lddy, dwt, ldw, rows, cols, init);
 }
 
-// dyt [cnt][F] = dy [F][cnt] (row stride P), gathered 16 filters at a time.
-FAST_TARGET static void dy_transpose(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt) {
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)P));
-    for (int64_t f0 = 0; f0 < F; f0 += 16) {
-        __mmask16 m = lane_mask(0, F - f0);
-        const float *src = dy + f0 * P;
-        for (int64_t j = 0; j < cnt; j++)
-            _mm512_mask_storeu_ps(dyt + j * F + f0, m,
-                                  _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, src + j, 4));
-    }
-}
-
 // One channel's sum of n rows of P (row stride `stride`): 32 double lanes (four independent
 // chains a0..a3 of 8, so the adds overlap; a tail of under 32 goes 8 at a time into a0), then
 // (a0 + a1) + (a2 + a3) lane by lane and lanes_sum8: a fixed order whatever the thread count.
@@ -719,8 +706,8 @@ FAST_TARGET_AVX2 static inline __m256 block_row(const float *src, int64_t i, int
     return _mm256_loadu_ps(t);
 }
 
-// dy_transpose in 8x8 blocks transposed in registers (on Zen 3 an 8-lane gather costs more than
-// the whole block). Blocks of fewer than 8 positions load, and of fewer than 8 filters store,
+// dyt [cnt][F] = dy [F][cnt] (row stride P) in 8x8 blocks transposed in registers (on Zen 3 an
+// 8-lane gather costs more than the whole block; on AVX-512 too: ig_avx512). Blocks of fewer than 8 positions load, and of fewer than 8 filters store,
 // lane by lane.
 FAST_TARGET_AVX2 static void dy_transpose_avx2(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt) {
     for (int64_t f0 = 0; f0 < F; f0 += 8) {
@@ -775,7 +762,10 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
     return lanes_sum8(l);
 }
 
-static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose, dw_seg, bias_sum, MR};
+// dy_transpose_avx2 on AVX-512 too: 16-lane gathers (one per position and 16 filters) took 5% of
+// the small CNN's step on a 2-core Xeon, the 8 x 8 register blocks +4% samples/s (median of 6
+// alternating pairs); 16 x 16 blocks in AVX-512 registers were 2-4% slower than these.
+static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose_avx2, dw_seg, bias_sum, MR};
 static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, dw_seg_avx2,
                                    bias_sum_avx2,
                                    MR_AVX2};
@@ -1254,8 +1244,7 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     int64_t *tab = fit_x >= 1 ? (int64_t *)(void *)(scratch + x0) : NULL;
     float *xp = tab ? scratch + x0 + 2 * kkp : NULL;
     if (xp) fit = fit_x;
-    // (AVX-512's dy_transpose gathers at offsets up to 15 * positions, in 32 bits)
-    if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || g.out_pos > INT32_MAX / 16 || fit < 1)
+    if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || fit < 1)
         return false;
     float *dwt = scratch;  // written whole by the first group of tiles (rows past kk: never read)
     if (n <= 0) {
