@@ -70,28 +70,27 @@ typedef struct {
     float (*dot)(const float *a, const float *b, int64_t cnt);
 } attn_kernels;
 
-static void mm_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                      float *c, int64_t ldc, int acc) {
-    for (int64_t i = 0; i < m; i++) {
-        float *ci = c + i * ldc;
-        if (!acc) memset(ci, 0, sizeof(float) * (size_t)cols);
-        for (int64_t q = 0; q < k; q++) {
-            const float x = a[i * lda + q], *bq = b + q * ldb;
-            for (int64_t j = 0; j < cols; j++) ci[j] += x * bq[j];
-        }
-    }
-}
-
-static void mm_ta_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b,
+// c[m, cols] (=, or += when acc) op(a)[m, k] . b[k, cols], op(a) = a, or a^T (ta: a is [k, m]).
+static void mm_scalar_op(bool ta, int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b,
                          int64_t ldb, float *c, int64_t ldc, int acc) {
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * ldc;
         if (!acc) memset(ci, 0, sizeof(float) * (size_t)cols);
         for (int64_t q = 0; q < k; q++) {
-            const float x = a[q * lda + i], *bq = b + q * ldb;
+            const float x = ta ? a[q * lda + i] : a[i * lda + q], *bq = b + q * ldb;
             for (int64_t j = 0; j < cols; j++) ci[j] += x * bq[j];
         }
     }
+}
+
+static void mm_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, int acc) {
+    mm_scalar_op(false, m, cols, k, a, lda, b, ldb, c, ldc, acc);
+}
+
+static void mm_ta_scalar(int64_t m, int64_t cols, int64_t k, const float *a, int64_t lda, const float *b,
+                         int64_t ldb, float *c, int64_t ldc, int acc) {
+    mm_scalar_op(true, m, cols, k, a, lda, b, ldb, c, ldc, acc);
 }
 
 static float exp_row_scalar(float *x, int64_t cnt, float scale, float sub) {
