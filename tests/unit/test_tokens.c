@@ -253,7 +253,8 @@ static void test_non_token_layer_norm_and_dense_unchanged(void **state)
     tl_model_free(&m);
 }
 
-// layer_norm on AVX2 (cpu_norm.c) promises the portable loops' bits: this is those loops (4
+// layer_norm on AVX2 and AVX-512 (cpu_norm.c; unit/test_tokens_avx2 runs the AVX2 passes on an
+// AVX-512 CPU) promises the portable loops' bits: this is those loops (4
 // double lanes per row, element j in lane j % 4, then (l0 + l1) + (l2 + l3); dgamma and dbeta
 // summed over rows in order in double). Widths with and without a tail of 4, 8 and 16.
 static void test_layer_norm_bits_are_the_portable_loops(void **state)
