@@ -64,7 +64,7 @@ typedef struct {
     float (*row_max)(const float *x, int64_t cnt, float scale, float m);
     // x[j] *= a
     void (*scale_row)(float *x, int64_t cnt, float a);
-    // s[j] = s[j] * (dp[j] - d) * scale (dS without dropout)
+    // s[j] = s[j] * (dp[j] - d) * scale (dS; with dropout dp already holds dP keep)
     void (*ds_row)(float *s, const float *dp, int64_t cnt, float d, float scale);
     // sum_j a[j] b[j]
     float (*dot)(const float *a, const float *b, int64_t cnt);
@@ -351,20 +351,16 @@ static void attn_bwd_tile(const attn_pair *p, int64_t i0, int64_t bq, int64_t j0
         kr->exp_row(sr, nv, p->scale, p->lse[i0 + r]);  // P
         if (nv < bk) memset(sr + nv, 0, sizeof(float) * (size_t)(bk - nv));
     }
-    if (kv && p->rate > 0)  // the dropped-out P, for dV
+    if (p->rate > 0)  // dropout, each draw once: dP keep, and the dropped-out P (pk) for dV
         for (int64_t r = 0; r < bq; r++)
-            for (int64_t j = 0; j < bk; j++) pk[r * AK + j] = s[r * AK + j] * attn_keep(p, i0 + r, j0 + j);
+            for (int64_t j = 0; j < bk; j++) {
+                const float keep = attn_keep(p, i0 + r, j0 + j);
+                dp[r * AK + j] *= keep, pk[r * AK + j] = s[r * AK + j] * keep;
+            }
     if (kv) kr->mm_ta(bk, p->e, bq, p->rate > 0 ? pk : s, AK, p->dy + i0 * p->ldy, p->ldy, p->dv + j0 * p->ldq,
                       p->ldq, !kv_first);
-    for (int64_t r = 0; r < bq; r++) {  // dS = P (dP keep - D) scale
-        float *sr = s + r * AK, *dr = dp + r * AK;
-        const int64_t nv = attn_visible(p, i0 + r, j0, bk);
-        const float d = p->dsum[i0 + r];
-        if (p->rate > 0)
-            for (int64_t j = 0; j < nv; j++) sr[j] = sr[j] * (dr[j] * attn_keep(p, i0 + r, j0 + j) - d) * p->scale;
-        else
-            kr->ds_row(sr, dr, nv, d, p->scale);
-    }
+    for (int64_t r = 0; r < bq; r++)  // dS = P (dP keep - D) scale
+        kr->ds_row(s + r * AK, dp + r * AK, attn_visible(p, i0 + r, j0, bk), p->dsum[i0 + r], p->scale);
     if (kv) kr->mm_ta(bk, p->e, bq, s, AK, p->q + i0 * p->ldq, p->ldq, p->dk + j0 * p->ldq, p->ldq, !kv_first);
     if (q) kr->mm(bq, p->e, bk, s, AK, p->k + j0 * p->ldq, p->ldq, p->dq + i0 * p->ldq, p->ldq, !q_first);
 }

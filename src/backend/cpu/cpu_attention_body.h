@@ -99,7 +99,7 @@ static void AFN(scale_row)(float *x, int64_t cnt, float a) {
     for (; j < cnt; j++) x[j] *= a;
 }
 
-// s[j] = s[j] * (dp[j] - d) * scale for j < cnt (dS from P and dP, without dropout).
+// s[j] = s[j] * (dp[j] - d) * scale for j < cnt (dS from P and dP, dP kept or dropped).
 static void AFN(ds_row)(float *s, const float *dp, int64_t cnt, float d, float scale) {
     int64_t j = 0;
     for (; j + AW <= cnt; j += AW) *(af_u *)(s + j) = *(af_u *)(s + j) * (*(const af_u *)(dp + j) - d) * scale;

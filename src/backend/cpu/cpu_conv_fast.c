@@ -707,8 +707,8 @@ FAST_TARGET_AVX2 static inline __m256 block_row(const float *src, int64_t i, int
 }
 
 // dyt [cnt][F] = dy [F][cnt] (row stride P) in 8x8 blocks transposed in registers (on Zen 3 an
-// 8-lane gather costs more than the whole block; on AVX-512 too: ig_avx512). Blocks of fewer than 8 positions load, and of fewer than 8 filters store,
-// lane by lane.
+// 8-lane gather costs more than the whole block; on AVX-512 too: ig_avx512). Blocks of fewer than
+// 8 positions load, and of fewer than 8 filters store, lane by lane.
 FAST_TARGET_AVX2 static void dy_transpose_avx2(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt) {
     for (int64_t f0 = 0; f0 < F; f0 += 8) {
         const int64_t nf = F - f0 < 8 ? F - f0 : 8;

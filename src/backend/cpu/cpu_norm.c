@@ -324,7 +324,8 @@ void cpu_layer_norm_forward(int64_t n, int64_t k, const float *x, const float *g
 void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *dy, const float *gamma,
                              const float *saved, float *dgamma, float *dbeta, float *dx) {
     const float *mean = saved, *inv = saved + n;
-    const bool avx2 = cpu_conv_fast_isa() != CPU_ISA_NONE, avx512 = cpu_conv_fast_isa() == CPU_ISA_AVX512;
+    const int isa = cpu_conv_fast_isa();
+    const bool avx2 = isa != CPU_ISA_NONE, avx512 = isa == CPU_ISA_AVX512;
     (void)avx2, (void)avx512;
     if (dx) {
 #pragma omp parallel for schedule(static) if (n * k >= CPU_PAR_MIN_WORK)
