@@ -68,6 +68,8 @@ typedef struct {
                   float *panel, int64_t ldp, int64_t jb);
     void (*tile)(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
                  const float *bias, bool acc, cpu_store_act act);
+    void (*tile_x)(int64_t kk, const float *a, const float *xb, const int64_t *tab, float *y, int64_t ldy, int rows,
+                   int cols, const float *bias, cpu_store_act act);
     void (*dw_tile)(int64_t cnt, const float *panel, int64_t ldp, const float *dyt, int64_t lddy, float *dwt,
                     int64_t ldw, int rows, int cols, bool init);
     void (*dy_transpose)(const float *dy, int64_t P, int64_t F, int64_t cnt, float *dyt);
@@ -197,9 +199,11 @@ FAST_TARGET static void ig_panel(const ig_plan *g, const float *x, int64_t p0, i
 
 // y rows 0 .. rows-1 (row stride ldy), columns 0 .. cols-1 (cols <= NR): y = init + sum over k
 // of a[k][i] * b[k][j], in k order, one fused multiply-add per k. init is bias[i] (or 0 without
-// bias), or y's own value when acc.
-FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows,
-                                int cols, const float *bias, bool acc, cpu_store_act act) {
+// bias), or y's own value when acc. Row k of b is b + k * NR (a panel), or b + tab[k] (ig_tile_x:
+// the padded input itself, whose NR floats from there are the row's; all NR are read).
+FAST_TARGET static inline __attribute__((always_inline)) void
+ig_tile_body(int64_t kk, const float *a, const float *b, const int64_t *tab, float *y, int64_t ldy, int rows, int cols,
+             const float *bias, bool acc, cpu_store_act act) {
     const __mmask16 m0 = lane_mask(0, cols), m1 = lane_mask(0, cols - 16);
     __m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, c60, c61, c70, c71;
 #define INIT(i, lo, hi)                                                                  \
@@ -213,7 +217,8 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
     INIT(4, c40, c41) INIT(5, c50, c51) INIT(6, c60, c61) INIT(7, c70, c71);
 #undef INIT
     for (int64_t k = 0; k < kk; k++) {
-        const __m512 b0 = _mm512_loadu_ps(b + k * NR), b1 = _mm512_loadu_ps(b + k * NR + 16);
+        const float *bk = tab ? b + tab[k] : b + k * NR;
+        const __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
         const float *ak = a + k * MR;
 #define FMA(i, lo, hi)                        \
     {                                         \
@@ -233,6 +238,16 @@ FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, floa
     STORE(0, c00, c01) STORE(1, c10, c11) STORE(2, c20, c21) STORE(3, c30, c31);
     STORE(4, c40, c41) STORE(5, c50, c51) STORE(6, c60, c61) STORE(7, c70, c71);
 #undef STORE
+}
+
+FAST_TARGET static void ig_tile(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows, int cols,
+                                const float *bias, bool acc, cpu_store_act act) {
+    ig_tile_body(kk, a, b, NULL, y, ldy, rows, cols, bias, acc, act);
+}
+
+FAST_TARGET static void ig_tile_x(int64_t kk, const float *a, const float *xb, const int64_t *tab, float *y,
+                                  int64_t ldy, int rows, int cols, const float *bias, cpu_store_act act) {
+    ig_tile_body(kk, a, xb, tab, y, ldy, rows, cols, bias, false, act);
 }
 
 // dwt rows kk0 .. kk0+rows-1 (row stride ldw), columns 0 .. cols-1 (cols <= NR filters) += sum
@@ -485,12 +500,12 @@ FAST_TARGET_AVX2 static inline __m256 store_act256(cpu_store_act act, __m256 x) 
 
 // c rows 0 .. R-1 (row stride ldc), columns 0 .. 8*NV-1 = init + sum over k < kk of a(k, i) *
 // b[k][j], in k order, one fused multiply-add per k, with a(k, i) = a[k * ak + i * ai] and b of
-// row stride ldb. init: bias[i], or c's own values when bias is NULL. Stores rows < rows. R x NV
-// accumulators (at most 12), NV vectors of b and a broadcast stay in registers: R and NV are
-// constants once inlined, and the loops over them unroll.
+// row stride ldb (or row k at b + tab[k]: ig_tile_x_avx2). init: bias[i], or c's own values when
+// bias is NULL. Stores rows < rows. R x NV accumulators (at most 12), NV vectors of b and a
+// broadcast stay in registers: R and NV are constants once inlined, and the loops over them unroll.
 FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
 sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb,
-         float *c, int64_t ldc, const float *bias, int rows, cpu_store_act act) {
+         const int64_t *tab, float *c, int64_t ldc, const float *bias, int rows, cpu_store_act act) {
     __m256 acc[6][4];
 #pragma GCC unroll 8
     for (int i = 0; i < R; i++)
@@ -499,7 +514,7 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
     for (int64_t k = 0; k < kk; k++) {
         __m256 bv[4];
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps(b + k * ldb + 8 * v);
+        for (int v = 0; v < NV; v++) bv[v] = _mm256_loadu_ps((tab ? b + tab[k] : b + k * ldb) + 8 * v);
 #pragma GCC unroll 8
         for (int i = 0; i < R; i++) {
             const __m256 av = _mm256_broadcast_ss(a + k * ak + i * ai);
@@ -523,25 +538,25 @@ sub_tile(const int R, const int NV, int64_t kk, const float *a, int64_t ak, int6
 // columns where rows <= 2. A sub-tile computes its R rows whole (rows past `rows` read a's
 // padding and are not stored). Arguments as sub_tile's.
 FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
-tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb, float *c, int64_t ldc,
-       const float *bias, int rows, cpu_store_act act) {
+tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *b, int64_t ldb, const int64_t *tab,
+       float *c, int64_t ldc, const float *bias, int rows, cpu_store_act act) {
     if (rows <= 2) {
         switch (nv) {
-        case 4: sub_tile(2, 4, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
-        case 3: sub_tile(2, 3, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
-        case 2: sub_tile(2, 2, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
-        default: sub_tile(2, 1, kk, a, ak, ai, b, ldb, c, ldc, bias, rows, act); break;
+        case 4: sub_tile(2, 4, kk, a, ak, ai, b, ldb, tab, c, ldc, bias, rows, act); break;
+        case 3: sub_tile(2, 3, kk, a, ak, ai, b, ldb, tab, c, ldc, bias, rows, act); break;
+        case 2: sub_tile(2, 2, kk, a, ak, ai, b, ldb, tab, c, ldc, bias, rows, act); break;
+        default: sub_tile(2, 1, kk, a, ak, ai, b, ldb, tab, c, ldc, bias, rows, act); break;
         }
         return;
     }
     for (int v = 0; v < nv; v += 2) {
         const bool two = nv - v >= 2;
         if (rows > 4) {
-            if (two) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
-            else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
+            if (two) sub_tile(6, 2, kk, a, ak, ai, b + 8 * v, ldb, tab, c + 8 * v, ldc, bias, rows, act);
+            else sub_tile(6, 1, kk, a, ak, ai, b + 8 * v, ldb, tab, c + 8 * v, ldc, bias, rows, act);
         } else {
-            if (two) sub_tile(4, 2, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
-            else sub_tile(4, 1, kk, a, ak, ai, b + 8 * v, ldb, c + 8 * v, ldc, bias, rows, act);
+            if (two) sub_tile(4, 2, kk, a, ak, ai, b + 8 * v, ldb, tab, c + 8 * v, ldc, bias, rows, act);
+            else sub_tile(4, 1, kk, a, ak, ai, b + 8 * v, ldb, tab, c + 8 * v, ldc, bias, rows, act);
         }
     }
 }
@@ -556,8 +571,9 @@ tile_6(int nv, int64_t kk, const float *a, int64_t ak, int64_t ai, const float *
 // its rows and columns. Why 6 rows and not AVX-512's 8: 8 rows by 32 columns took two 6x16 passes
 // and a 2x32 one, whose 8 chains fed by memory operands ran at ~62 GFLOP/s against ~85-98 for
 // 6x16 on a Zen 3 core (hot L1); the whole tile measured 67-78.
-FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const float *b, float *y, int64_t ldy,
-                                          int rows, int cols, const float *bias, bool acc, cpu_store_act act) {
+FAST_TARGET_AVX2 static inline __attribute__((always_inline)) void
+ig_tile_avx2_body(int64_t kk, const float *a, const float *b, const int64_t *tab, float *y, int64_t ldy, int rows,
+                  int cols, const float *bias, bool acc, cpu_store_act act) {
     float bias6[MR_AVX2], buf[MR_AVX2 * NR] __attribute__((aligned(32)));
     for (int i = 0; i < MR_AVX2; i++) bias6[i] = bias && i < rows ? bias[i] : 0.0f;
     const bool whole = rows == MR_AVX2 && cols == NR;
@@ -575,10 +591,22 @@ FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const floa
         const int64_t kc = kk - k0 < IG_KC ? kk - k0 : IG_KC;
         cpu_store_act last = k0 + kc == kk ? act : (cpu_store_act){0};  // on the finished sums only
         last.stream = last.stream && whole;  // only whole tiles store to y itself
-        tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, b + k0 * NR, NR, c, ldc, acc || k0 ? NULL : bias6, rows, last);
+        tile_6(nv, kc, a + k0 * MR_AVX2, MR_AVX2, 1, tab ? b : b + k0 * NR, NR, tab ? tab + k0 : NULL, c, ldc,
+               acc || k0 ? NULL : bias6, rows, last);
     }
     if (!whole)
         for (int i = 0; i < rows; i++) memcpy(y + i * ldy, buf + i * NR, sizeof(float) * (size_t)cols);
+}
+
+FAST_TARGET_AVX2 static void ig_tile_avx2(int64_t kk, const float *a, const float *b, float *y, int64_t ldy, int rows,
+                                          int cols, const float *bias, bool acc, cpu_store_act act) {
+    ig_tile_avx2_body(kk, a, b, NULL, y, ldy, rows, cols, bias, acc, act);
+}
+
+// ig_tile_x on AVX2: b's rows read at xb + tab[k], 8 * nv floats each (nv vectors cover cols).
+FAST_TARGET_AVX2 static void ig_tile_x_avx2(int64_t kk, const float *a, const float *xb, const int64_t *tab, float *y,
+                                            int64_t ldy, int rows, int cols, const float *bias, cpu_store_act act) {
+    ig_tile_avx2_body(kk, a, xb, tab, y, ldy, rows, cols, bias, false, act);
 }
 
 // dw_tile over MR_AVX2 rows of dW in sub-tiles (tile_6) over the cnt positions: the panel's rows
@@ -602,7 +630,7 @@ FAST_TARGET_AVX2 static void dw_tile_avx2(int64_t cnt, const float *panel, int64
         if (!init)
             for (int i = 0; i < rows; i++) memcpy(cbuf + i * NR, dwt + i * ldw, sizeof(float) * (size_t)cols);
     }
-    tile_6((cols + 7) / 8, cnt, panel, 1, ldp, copy ? bbuf : dyt, copy ? NR : lddy, copy ? cbuf : dwt,
+    tile_6((cols + 7) / 8, cnt, panel, 1, ldp, copy ? bbuf : dyt, copy ? NR : lddy, NULL, copy ? cbuf : dwt,
            copy ? NR : ldw, init ? zeros : NULL, rows, (cpu_store_act){0});
     if (copy)
         for (int i = 0; i < rows; i++) memcpy(dwt + i * ldw, cbuf + i * NR, sizeof(float) * (size_t)cols);
@@ -765,10 +793,9 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
 // dy_transpose_avx2 on AVX-512 too: 16-lane gathers (one per position and 16 filters) took 5% of
 // the small CNN's step on a 2-core Xeon, the 8 x 8 register blocks +4% samples/s (median of 6
 // alternating pairs); 16 x 16 blocks in AVX-512 registers were 2-4% slower than these.
-static const ig_kernels ig_avx512 = {ig_panel, ig_tile, dw_tile, dy_transpose_avx2, dw_seg, bias_sum, MR};
-static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, dw_tile_avx2, dy_transpose_avx2, dw_seg_avx2,
-                                   bias_sum_avx2,
-                                   MR_AVX2};
+static const ig_kernels ig_avx512 = {ig_panel, ig_tile, ig_tile_x, dw_tile, dy_transpose_avx2, dw_seg, bias_sum, MR};
+static const ig_kernels ig_avx2 = {ig_panel_avx2, ig_tile_avx2, ig_tile_x_avx2, dw_tile_avx2, dy_transpose_avx2,
+                                   dw_seg_avx2, bias_sum_avx2, MR_AVX2};
 
 #endif  // FAST_BUILT
 
@@ -890,89 +917,9 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
     }
 }
 
-// ig_run with a max pool of windows {kd, 2, 2} fused into the store (cpu_store_pool): a task is
-// one row of windows of one sample, the 2 kd output rows they cover (kd runs of 2 W contiguous
-// positions). Its tiles take NR columns of those runs side by side into yb [cout][R] (R = 2 kd W:
-// a few KiB, in L1), then each channel's windows are pooled from there (cpu_max_pool_k2_rows): the convolution's
-// output never goes to memory, nor is read back by a pooling pass. Each output is the same sum
-// as in ig_run (one chain over k whatever the tiling), so pooled and argmax have the bits of
-// ig_run then cpu_max_pool_forward. false, having done nothing: too little scratch, or fewer
-// tasks than threads.
-// The longest reduction ig_run_pool takes: it pays where the output's memory traffic is much of
-// the layer's time (few input channels), not where the products are. Measured on a 2-core Xeon
-// (AVX-512, 2 threads, best of 20, fused against convolution then pooling pass): first layers
-// (kk 27: 1 -> 16 on 40^3, 3 -> 32 on 32^2) 0.57-0.76x the time, CosmoFlow's 4 -> 32 (kk 108)
-// faster too; 32 -> 64 on 16^2 (kk 288) 0.99x alone but 1.07x in training; 32 -> 64 on 10^3 (kk 864)
-// 1.09x.
-#define IG_POOL_KK 256
-
-static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const float *apack,
-                        const float *bias, float *bufs, int64_t buf_floats, cpu_store_act act,
-                        const cpu_store_pool *pool) {
-    const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, kd = pool->kd, F = g->geo.f;
-    const int64_t H = g->geo.out[1], W = g->geo.out[2], OD = g->geo.out[0] / kd, OH = H / 2, OW = W / 2;
-    const int64_t R = 2 * kd * W, PP = OD * OH * OW;
-    int64_t threads = omp_get_max_threads();
-    // A task: rpt rows of windows of one plane (rpt R columns, in tiles of NR that may span rows),
-    // so that each channel's pooled values go out in runs of rpt OW. rpt starts at the plane and
-    // is halved until there are 4 tasks a thread, down to rows that fill a tile, and to yb of at
-    // most 32k floats. Maps whose plane of windows does not fill a tile (CosmoFlow's last layers
-    // on 4^3 and 2^3), or fewer than 2 tasks a thread: false (ig_run packs several samples into a
-    // tile or splits the output channels there, reading the weights fewer times: rows of 16
-    // columns took 2x as long on CosmoFlow's 128 -> 256 layer on 4^3).
-    const int64_t rmin = (NR + R - 1) / R;
-    if (OH < rmin || g->kk > IG_POOL_KK) return false;
-    int64_t rpt = OH;
-    while (rpt > rmin && (n * OD * ((OH + rpt - 1) / rpt) < 4 * threads || F * rpt * R > 32768)) rpt = (rpt + 1) / 2;
-    rpt = rpt > rmin ? rpt : rmin;
-    const int64_t blocks = (OH + rpt - 1) / rpt, tasks = n * OD * blocks, L = rpt * R, per = g->kk * NR + F * L;
-    threads = threads < buf_floats / per ? threads : buf_floats / per;
-    if (threads < 1 || tasks < 2 * threads) return false;
-    act.stream = false;
-#pragma omp parallel num_threads((int)threads)
-    {
-        float *panel = bufs + (int64_t)omp_get_thread_num() * per, *yb = panel + g->kk * NR;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < tasks; task++) {
-            const int64_t s = task / (OD * blocks), od = task / blocks % OD, oh0 = task % blocks * rpt;
-            const int64_t rows = OH - oh0 < rpt ? OH - oh0 : rpt, cols = rows * R;  // yb [F][L]: rows x R used
-            const float *xs = x + s * g->geo.c * g->in_pos;
-            for (int64_t j0 = 0; j0 < cols; j0 += NR) {
-                const int64_t cnt = cols - j0 < NR ? cols - j0 : NR;
-                if (cnt < NR)
-                    for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
-                for (int64_t j = j0; j < j0 + cnt;) {  // row of windows oh0 + j / R: kd runs of 2 W positions
-                    const int64_t z = j % R / (2 * W), off = j % (2 * W), oh = oh0 + j / R;
-                    const int64_t len = 2 * W - off < j0 + cnt - j ? 2 * W - off : j0 + cnt - j;
-                    kr->panel(g, xs, ((od * kd + z) * H + 2 * oh) * W + off, len, 0, g->geo.c, panel, NR, j - j0);
-                    j += len;
-                }
-                ig_tiles_run(kr, g, apack, 0, mp, panel, cnt, bias, false, act, yb + j0, L);
-            }
-            for (int64_t r = 0; r < rows; r++) {
-                const float *row = yb + r * R;
-                const int64_t o = s * F * PP + (od * OH + oh0 + r) * OW;
-                cpu_max_pool_k2_rows(F, L, PP, OW, (int)kd, row, row + W, kd == 2 ? row + 2 * W : NULL,
-                                     kd == 2 ? row + 3 * W : NULL, (int32_t)((od * kd * H + 2 * (oh0 + r)) * W),
-                                     (int32_t)W, (int32_t)(H * W), pool->y + o, pool->argmax + o);
-            }
-        }
-    }
-    return true;
-}
-
-// Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
-// transposed dy [NR][F], kkp the reduction length padded for either instruction set.
-static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
-
-// The part of dW one thread sums for one group of tiles: row blocks [b0, b1) of dW (mr rows
-// each), filters [fa, fb), and the input channels [c_lo, c_hi) those rows read.
-typedef struct {
-    int64_t b0, b1, fa, fb, c_lo, c_hi;
-} dw_block;
-
-// The padded input of dw_direct: x (n, cin, in) with p zeros before and after each axis, so that
-// every tap of every output position reads inside it; dims [n][cin][Dp][Hp][Wp].
+// The padded input of the direct kernels (dw_direct, ig_direct): x (n, cin, in) with p zeros before
+// and after each axis, so that every tap of every output position reads inside it; dims
+// [n][cin][Dp][Hp][Wp].
 static void dwx_dims(const ig_plan *g, int64_t dp[3]) {
     for (int a = 0; a < 3; a++) dp[a] = g->geo.in[a] + 2 * g->geo.p[a];
 }
@@ -997,8 +944,9 @@ static void dwx_pad(const ig_plan *g, int64_t n, const float *x, float *xp) {
     }
 }
 
-// tab[r] = where row r of dW (channel c, tap kz, ky, kx) reads the padded input, relative to an
-// output position's own offset, for r < kkp; rows past kk read row 0's (summed, never stored).
+// tab[r] = where row r of dW, or of the forward's panel (channel c, tap kz, ky, kx), reads the
+// padded input, relative to an output position's own offset, for r < kkp; rows past kk read row
+// 0's (summed, never stored).
 static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
     int64_t dp[3];
     dwx_dims(g, dp);
@@ -1009,6 +957,115 @@ static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
         tab[r] = c * plane + (kz * g->geo.d[0] * dp[1] + ky * g->geo.d[1]) * dp[2] + kx * g->geo.d[2];
     }
 }
+
+// ig_run with a max pool of windows {kd, 2, 2} fused into the store (cpu_store_pool): a task is
+// one row of windows of one sample, the 2 kd output rows they cover (kd runs of 2 W contiguous
+// positions). Its tiles take NR columns of those runs side by side into yb [cout][R] (R = 2 kd W:
+// a few KiB, in L1), then each channel's windows are pooled from there (cpu_max_pool_k2_rows): the convolution's
+// output never goes to memory, nor is read back by a pooling pass. Each output is the same sum
+// as in ig_run (one chain over k whatever the tiling), so pooled and argmax have the bits of
+// ig_run then cpu_max_pool_forward. false, having done nothing: too little scratch, or fewer
+// tasks than threads.
+// The longest reduction ig_run_pool takes: it pays where the output's memory traffic is much of
+// the layer's time (few input channels), not where the products are. Measured on a 2-core Xeon
+// (AVX-512, 2 threads, best of 20, fused against convolution then pooling pass): first layers
+// (kk 27: 1 -> 16 on 40^3, 3 -> 32 on 32^2) 0.57-0.76x the time, CosmoFlow's 4 -> 32 (kk 108)
+// faster too; 32 -> 64 on 16^2 (kk 288) 0.99x alone but 1.07x in training; 32 -> 64 on 10^3 (kk 864)
+// 1.09x.
+//
+// With xp (ig_direct: the input padded once, dwx_pad, and the taps' offsets into it, dwx_rows) no
+// panel is built: output (oz, oy, ox) is column oz Hp Wp + oy Wp + ox of the padded input's
+// geometry, so that the columns of a tile are contiguous there for every tap, and the tiles read
+// their rows of "panel" from xp + tab[k] in place (ig_tile_x). A row of yb then holds the padded
+// width Wp, of which the last Wp - W columns are computed and never read (6% more products at 32
+// wide, 5% at 40). Measured on a 2-core Xeon (AVX-512, 2 threads): building the panel was 43% of
+// cnn3d's first layer (1 -> 16 on 40^3: 27 rows repeating each input element 27 times).
+#define IG_POOL_KK 256
+
+typedef struct {
+    const float *xp;     // [n][cin][Dp][Hp][Wp] and NR floats after it (read by a last tile's lanes)
+    const int64_t *tab;  // [kk]: dwx_rows
+} ig_direct;
+
+static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const ig_direct *xd,
+                        const float *apack, const float *bias, float *bufs, int64_t buf_floats, cpu_store_act act,
+                        const cpu_store_pool *pool) {
+    const int64_t mr = kr->mr, mp = (g->geo.f + mr - 1) / mr, kd = pool->kd, F = g->geo.f;
+    const int64_t H = g->geo.out[1], W = g->geo.out[2], OD = g->geo.out[0] / kd, OH = H / 2, OW = W / 2;
+    int64_t dp[3];
+    dwx_dims(g, dp);
+    const int64_t Wr = xd ? dp[2] : W, R = 2 * kd * Wr, PP = OD * OH * OW;  // Wr: yb's row pitch
+    int64_t threads = omp_get_max_threads();
+    // A task: rpt rows of windows of one plane (rpt R columns, in tiles of NR that may span rows),
+    // so that each channel's pooled values go out in runs of rpt OW. rpt starts at the plane and
+    // is halved until there are 4 tasks a thread, down to rows that fill a tile, and to yb of at
+    // most 32k floats. Maps whose plane of windows does not fill a tile (CosmoFlow's last layers
+    // on 4^3 and 2^3), or fewer than 2 tasks a thread: false (ig_run packs several samples into a
+    // tile or splits the output channels there, reading the weights fewer times: rows of 16
+    // columns took 2x as long on CosmoFlow's 128 -> 256 layer on 4^3).
+    const int64_t rmin = (NR + R - 1) / R;
+    if (OH < rmin || g->kk > IG_POOL_KK) return false;
+    int64_t rpt = OH;
+    while (rpt > rmin && (n * OD * ((OH + rpt - 1) / rpt) < 4 * threads || F * rpt * R > 32768)) rpt = (rpt + 1) / 2;
+    rpt = rpt > rmin ? rpt : rmin;
+    const int64_t blocks = (OH + rpt - 1) / rpt, tasks = n * OD * blocks, L = rpt * R;
+    const int64_t pf = xd ? 0 : g->kk * NR, per = pf + F * L;  // pf: the panel
+    threads = threads < buf_floats / per ? threads : buf_floats / per;
+    if (threads < 1 || tasks < 2 * threads) return false;
+    act.stream = false;
+#pragma omp parallel num_threads((int)threads)
+    {
+        float *panel = bufs + (int64_t)omp_get_thread_num() * per, *yb = panel + pf;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < tasks; task++) {
+            const int64_t s = task / (OD * blocks), od = task / blocks % OD, oh0 = task % blocks * rpt;
+            const int64_t rows = OH - oh0 < rpt ? OH - oh0 : rpt, cols = xd ? 0 : rows * R;  // yb [F][L]: rows x R used
+            const float *xs = x + s * g->geo.c * g->in_pos;
+            // direct: yb [F][kd][rpt][2 Wr], plane z's 2 rows output rows a run of (2 rows - 1) Wp + W columns
+            for (int64_t z = 0; xd && z < kd; z++) {
+                const float *xb = xd->xp + ((s * g->geo.c * dp[0] + od * kd + z) * dp[1] + 2 * oh0) * dp[2];
+                const int64_t span = (2 * rows - 1) * Wr + W;
+                for (int64_t j0 = 0; j0 < span; j0 += NR) {
+                    const int cnt = (int)(span - j0 < NR ? span - j0 : NR);
+                    for (int64_t m = 0; m < mp; m++)
+                        kr->tile_x(g->kk, apack + m * g->kk * mr, xb + j0, xd->tab, yb + m * mr * L + z * rpt * 2 * Wr + j0,
+                                   L, (int)(F - m * mr < mr ? F - m * mr : mr), cnt, bias ? bias + m * mr : NULL, act);
+                }
+            }
+            for (int64_t j0 = 0; j0 < cols; j0 += NR) {
+                const int64_t cnt = cols - j0 < NR ? cols - j0 : NR;
+                if (cnt < NR)
+                    for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
+                for (int64_t j = j0; j < j0 + cnt;) {  // row of windows oh0 + j / R: kd runs of 2 W positions
+                    const int64_t z = j % R / (2 * W), off = j % (2 * W), oh = oh0 + j / R;
+                    const int64_t len = 2 * W - off < j0 + cnt - j ? 2 * W - off : j0 + cnt - j;
+                    kr->panel(g, xs, ((od * kd + z) * H + 2 * oh) * W + off, len, 0, g->geo.c, panel, NR, j - j0);
+                    j += len;
+                }
+                ig_tiles_run(kr, g, apack, 0, mp, panel, cnt, bias, false, act, yb + j0, L);
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                // the window row's output rows: [z][2 Wr] (panel) or [z][rpt][2 Wr] (direct)
+                const float *row = yb + r * (xd ? 2 * Wr : R), *row2 = xd ? row + rpt * 2 * Wr : row + 2 * W;
+                const int64_t o = s * F * PP + (od * OH + oh0 + r) * OW;
+                cpu_max_pool_k2_rows(F, L, PP, OW, (int)kd, row, row + Wr, kd == 2 ? row2 : NULL,
+                                     kd == 2 ? row2 + Wr : NULL, (int32_t)((od * kd * H + 2 * (oh0 + r)) * W),
+                                     (int32_t)W, (int32_t)(H * W), pool->y + o, pool->argmax + o);
+            }
+        }
+    }
+    return true;
+}
+
+// Floats of dw_run's buffer per thread and tile of a group: panel columns [kkp][NR] and the
+// transposed dy [NR][F], kkp the reduction length padded for either instruction set.
+static int64_t dw_per_tile(const ig_plan *g) { return ig_rows_padded(g->kk) * NR + NR * g->geo.f; }
+
+// The part of dW one thread sums for one group of tiles: row blocks [b0, b1) of dW (mr rows
+// each), filters [fa, fb), and the input channels [c_lo, c_hi) those rows read.
+typedef struct {
+    int64_t b0, b1, fa, fb, c_lo, c_hi;
+} dw_block;
 
 // The runs of output positions p0 .. p0+len-1 of sample s, cut at the ends of output rows, as
 // group positions from j on; returns how many were appended at seg.
@@ -1205,15 +1262,32 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
                            cpu_store_act act, cpu_store_pool *pool) {
     ig_plan g = ig_make(c, f, in, out, k, d, p);
     if (!ig_fits(&g, scratch_floats)) return false;
-    ig_pack_forward(&g, ig_kernels_get()->mr, w, scratch);
-    if (pool && n > 0 &&
-        ig_run_pool(ig_kernels_get(), &g, n, x, scratch, b, scratch + ig_pack_floats(&g),
-                    scratch_floats - ig_pack_floats(&g), act, pool)) {
-        pool->done = true;
-        return true;
+    const ig_kernels *kr = ig_kernels_get();
+    ig_pack_forward(&g, kr->mr, w, scratch);
+    float *bufs = scratch + ig_pack_floats(&g);
+    int64_t buf_floats = scratch_floats - ig_pack_floats(&g);
+    if (pool && n > 0) {
+        // ig_direct where output rows are not short (a row's Wp - W columns are computed in vain)
+        // and the padded input, NR floats after it and the taps' offsets fit at the end of scratch
+        ig_direct xd = {0};
+        int64_t xpf = out[2] >= DWX_MIN_ROW && g.kk <= IG_POOL_KK ? dwx_floats(&g, n) + NR : 0;
+        int64_t x0 = buf_floats - xpf - 2 * g.kk - 1;
+        if (xpf > 0 && x0 > 0) {
+            float *at = bufs + x0;
+            if ((uintptr_t)at % sizeof(int64_t)) at++;
+            int64_t *tab = (int64_t *)(void *)at;
+            float *xp = at + 2 * g.kk;
+            dwx_pad(&g, n, x, xp), dwx_rows(&g, g.kk, tab);
+            memset(xp + xpf - NR, 0, sizeof(float) * NR);
+            xd = (ig_direct){xp, tab};
+        }
+        if (ig_run_pool(kr, &g, n, x, xd.xp ? &xd : NULL, scratch, b, bufs, xd.xp ? x0 : buf_floats, act, pool) ||
+            (xd.xp && ig_run_pool(kr, &g, n, x, NULL, scratch, b, bufs, buf_floats, act, pool))) {
+            pool->done = true;
+            return true;
+        }
     }
-    ig_run(ig_kernels_get(), &g, n, x, scratch, b, false, y, scratch + ig_pack_floats(&g),
-           ig_threads(&g, scratch_floats), act);
+    ig_run(kr, &g, n, x, scratch, b, false, y, bufs, ig_threads(&g, scratch_floats), act);
     return true;
 }
 
