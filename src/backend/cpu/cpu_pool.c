@@ -61,9 +61,9 @@ __attribute__((target("avx2"))) static inline k2_best k2_row_pair(const float *p
     return k2_pick(e, o);
 }
 
-__attribute__((target("avx2"))) static int64_t k2_fwd_avx2(int64_t nout, int kd, const float *const r[4],
-                                                           int32_t i0, int32_t w1, int32_t hw, float *yr,
-                                                           int32_t *ar) {
+__attribute__((target("avx2"))) static inline int64_t k2_fwd_avx2(int64_t nout, int kd, const float *const r[4],
+                                                                  int32_t i0, int32_t w1, int32_t hw, float *yr,
+                                                                  int32_t *ar) {
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7), lanes = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     int64_t ow = 0;
     for (; ow + 8 <= nout; ow += 8) {
@@ -77,11 +77,42 @@ __attribute__((target("avx2"))) static int64_t k2_fwd_avx2(int64_t nout, int kd,
     }
     return ow;
 }
-#else
-static int64_t k2_fwd_avx2(int64_t nout, int kd, const float *const r[4], int32_t i0, int32_t w1, int32_t hw,
-                           float *yr, int32_t *ar) {
-    (void)nout, (void)kd, (void)r, (void)i0, (void)w1, (void)hw, (void)yr, (void)ar;
-    return 0;
+#endif
+
+// The windows ow0 <= ow < nout of one channel of cpu_max_pool_k2_rows (rows: its r0..r3), as the
+// scan does them: the first of equal maxima, NaN winning.
+static inline void k2_fwd_tail(int64_t ow0, int64_t nout, int kd, const float *const rows[4], int32_t i0, int32_t w1,
+                               int32_t hw, float *yr, int32_t *ar) {
+    const float *q0 = rows[0], *q1 = rows[1], *q2 = rows[2], *q3 = rows[3];
+    for (int32_t ow = (int32_t)ow0; ow < (int32_t)nout; ow++) {
+        float best = q0[2 * ow];
+        int32_t bi = i0 + 2 * ow;
+        MAX_POOL_TAP(q0[2 * ow + 1], i0 + 2 * ow + 1);
+        MAX_POOL_TAP(q1[2 * ow], i0 + w1 + 2 * ow);
+        MAX_POOL_TAP(q1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
+        if (kd == 2) {
+            MAX_POOL_TAP(q2[2 * ow], i0 + hw + 2 * ow);
+            MAX_POOL_TAP(q2[2 * ow + 1], i0 + hw + 2 * ow + 1);
+            MAX_POOL_TAP(q3[2 * ow], i0 + hw + w1 + 2 * ow);
+            MAX_POOL_TAP(q3[2 * ow + 1], i0 + hw + w1 + 2 * ow + 1);
+        }
+        yr[ow] = best, ar[ow] = bi;
+    }
+}
+
+// cpu_max_pool_k2_rows on AVX2: every channel in one call, k2_fwd_avx2 inlined (a call per
+// channel and row of windows, 16 or 20 windows each, was as much again as its vector work).
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static void k2_rows_avx2(int64_t nch, int64_t cs, int64_t os, int64_t nout, int kd,
+                                                         const float *r0, const float *r1, const float *r2,
+                                                         const float *r3, int32_t i0, int32_t w1, int32_t hw, float *y,
+                                                         int32_t *argmax) {
+    for (int64_t c = 0; c < nch; c++) {
+        const float *const rows[4] = {r0 + c * cs, r1 + c * cs, kd == 2 ? r2 + c * cs : NULL,
+                                      kd == 2 ? r3 + c * cs : NULL};
+        const int64_t done = k2_fwd_avx2(nout, kd, rows, i0, w1, hw, y + c * os, argmax + c * os);
+        k2_fwd_tail(done, nout, kd, rows, i0, w1, hw, y + c * os, argmax + c * os);
+    }
 }
 #endif
 
@@ -91,28 +122,16 @@ static int64_t k2_fwd_avx2(int64_t nout, int kd, const float *const r[4], int32_
 void cpu_max_pool_k2_rows(int64_t nch, int64_t cs, int64_t os, int64_t nout, int kd, const float *r0,
                           const float *r1, const float *r2, const float *r3, int32_t i0, int32_t w1, int32_t hw,
                           float *y, int32_t *argmax) {
-    const bool avx2 = cpu_conv_fast_isa() != CPU_ISA_NONE;  // AVX2 (and FMA) or more, asked once
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (cpu_conv_fast_isa() != CPU_ISA_NONE) {  // AVX2 (and FMA) or more
+        k2_rows_avx2(nch, cs, os, nout, kd, r0, r1, r2, r3, i0, w1, hw, y, argmax);
+        return;
+    }
+#endif
     for (int64_t c = 0; c < nch; c++) {
         const float *const rows[4] = {r0 + c * cs, r1 + c * cs, kd == 2 ? r2 + c * cs : NULL,
                                       kd == 2 ? r3 + c * cs : NULL};
-        float *yr = y + c * os;
-        int32_t *ar = argmax + c * os;
-        const int32_t done = avx2 ? (int32_t)k2_fwd_avx2(nout, kd, rows, i0, w1, hw, yr, ar) : 0;
-        const float *q0 = rows[0], *q1 = rows[1], *q2 = rows[2], *q3 = rows[3];
-        for (int32_t ow = done; ow < (int32_t)nout; ow++) {  // the rest: under 8, or no AVX2
-            float best = q0[2 * ow];
-            int32_t bi = i0 + 2 * ow;
-            MAX_POOL_TAP(q0[2 * ow + 1], i0 + 2 * ow + 1);
-            MAX_POOL_TAP(q1[2 * ow], i0 + w1 + 2 * ow);
-            MAX_POOL_TAP(q1[2 * ow + 1], i0 + w1 + 2 * ow + 1);
-            if (kd == 2) {
-                MAX_POOL_TAP(q2[2 * ow], i0 + hw + 2 * ow);
-                MAX_POOL_TAP(q2[2 * ow + 1], i0 + hw + 2 * ow + 1);
-                MAX_POOL_TAP(q3[2 * ow], i0 + hw + w1 + 2 * ow);
-                MAX_POOL_TAP(q3[2 * ow + 1], i0 + hw + w1 + 2 * ow + 1);
-            }
-            yr[ow] = best, ar[ow] = bi;
-        }
+        k2_fwd_tail(0, nout, kd, rows, i0, w1, hw, y + c * os, argmax + c * os);
     }
 }
 
