@@ -981,6 +981,11 @@ static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
 // wide, 5% at 40). Measured on a 2-core Xeon (AVX-512, 2 threads): building the panel was 43% of
 // cnn3d's first layer (1 -> 16 on 40^3: 27 rows repeating each input element 27 times).
 #define IG_POOL_KK 256
+// The longest reduction ig_run_pool takes with ig_direct (no panel to build, so longer ones gain):
+// the small CNN's 32 -> 64 on 16x16 (kk 288) forward 0.754-0.764 -> 0.692-0.693 s over 300 steps
+// fused this way rather than convolved and pooled after; CosmoFlow's 32 -> 64 on 16^3 (kk 864,
+// forced off F(2,3)) 62.7-62.9 -> 60.6-62.7 samples/s, so not that far.
+#define IG_DIRECT_KK 512
 
 typedef struct {
     const float *xp;     // [n][cin][Dp][Hp][Wp] and NR floats after it (read by a last tile's lanes)
@@ -1004,7 +1009,7 @@ static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const
     // tile or splits the output channels there, reading the weights fewer times: rows of 16
     // columns took 2x as long on CosmoFlow's 128 -> 256 layer on 4^3).
     const int64_t rmin = (NR + R - 1) / R;
-    if (OH < rmin || g->kk > IG_POOL_KK) return false;
+    if (OH < rmin || g->kk > (xd ? IG_DIRECT_KK : IG_POOL_KK)) return false;
     int64_t rpt = OH;
     while (rpt > rmin && (n * OD * ((OH + rpt - 1) / rpt) < 4 * threads || F * rpt * R > 32768)) rpt = (rpt + 1) / 2;
     rpt = rpt > rmin ? rpt : rmin;
@@ -1270,7 +1275,7 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
         // ig_direct where output rows are not short (a row's Wp - W columns are computed in vain)
         // and the padded input, NR floats after it and the taps' offsets fit at the end of scratch
         ig_direct xd = {0};
-        int64_t xpf = out[2] >= DWX_MIN_ROW && g.kk <= IG_POOL_KK ? dwx_floats(&g, n) + NR : 0;
+        int64_t xpf = out[2] >= DWX_MIN_ROW && g.kk <= IG_DIRECT_KK ? dwx_floats(&g, n) + NR : 0;
         int64_t x0 = buf_floats - xpf - 2 * g.kk - 1;
         if (xpf > 0 && x0 > 0) {
             float *at = bufs + x0;
