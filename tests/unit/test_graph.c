@@ -774,8 +774,9 @@ static void check_conv_pool_fusion(const char *layers, gl_shape input, int nt, c
 // A max pool of windows that tile its input, after a convolution (through the relu or leaky_relu
 // it stores, or directly), is written by that convolution (graph_fuse_pools, conv_forward_pool):
 // on the implicit GEMM (direct) and on F(2,3) (winograd), 2D and 3D, rows of windows narrower and
-// wider than a tile, at 1 and 3 threads; a strided convolution (im2col) writes its output and
-// pools it after. Not fused: a pool over an odd size (the last row dropped) or with stride 3, and
+// wider than a tile, without padding and with a dilated kernel (the padded input the direct
+// kernel reads in place: ig_direct), at 1 and 3 threads; a strided convolution (im2col) writes
+// its output and pools it after. Not fused: a pool over an odd size (the last row dropped) or with stride 3, and
 // a convolution whose output another layer reads too.
 static void test_conv_writes_the_pool_after_it(void **state)
 {
@@ -814,6 +815,14 @@ static void test_conv_writes_the_pool_after_it(void **state)
                           "    - {type: flatten, inputs: [p3], name: fp}\n"
                           "    - {type: concat, inputs: [f2, f3, fp], name: cat}\n"
                           "    - {type: dense, units: 3, name: head}\n";
+    // no padding, then a dilated kernel: the padded input's geometry (ig_direct) other than "same" 3x3
+    const char *valid = "    - {type: conv, filters: 5, kernel: 3, name: c1}\n"
+                        "    - {type: relu, name: r1}\n"
+                        "    - {type: max_pool, kernel: 2, name: p1}\n"
+                        "    - {type: conv, filters: 6, kernel: 3, dilation: 2, padding: 2, name: c2}\n"
+                        "    - {type: max_pool, kernel: 2, name: p2}\n"
+                        "    - {type: flatten}\n"
+                        "    - {type: dense, units: 3, name: head}\n";
     const char *const mf[] = {"p1", "p2"}, *const mp[] = {"c1", "c2"}, *const mk[] = {"p3"};
     const char *const wf[] = {"p1", "p2"}, *const wp[] = {"c1", "c2"}, *const wk[] = {"p3"};
     const char *const vf[] = {"p1", "p2"}, *const vp[] = {"c1", "c2"}, *const vk[] = {"p3"};
@@ -826,6 +835,7 @@ static void test_conv_writes_the_pool_after_it(void **state)
             // p3: stride 3; c2 (stride 2) writes its output and pools it after
             check_conv_pool_fusion(wide, (gl_shape){3, {2, 6, 40}}, nt, wf, wp, 2, wk, 1, 1);
             check_conv_pool_fusion(volumes, (gl_shape){4, {2, 4, 8, 20}}, nt, vf, vp, 2, vk, 1, 2);  // c3 read twice
+            check_conv_pool_fusion(valid, (gl_shape){3, {2, 18, 22}}, nt, mf, mp, 2, NULL, 0, 2);
         }
     }
     unsetenv("GALLEY_CONV_ALGO");
