@@ -101,7 +101,10 @@ static inline void k2_fwd_tail(int64_t ow0, int64_t nout, int kd, const float *c
 }
 
 // cpu_max_pool_k2_rows on AVX2: every channel in one call, k2_fwd_avx2 inlined (a call per
-// channel and row of windows, 16 or 20 windows each, was as much again as its vector work).
+// channel and row of windows, 16 or 20 windows each, was as much again as its vector work). The
+// last nout % 8 windows take one more vector step on a copy of their inputs (zeros after them,
+// whose windows are not kept): the same picks as the scan, and a scalar tail of 4 windows in rows
+// of 20 (cnn3d's first layer) cost as much as the row's 16 others.
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) static void k2_rows_avx2(int64_t nch, int64_t cs, int64_t os, int64_t nout, int kd,
                                                          const float *r0, const float *r1, const float *r2,
@@ -111,7 +114,15 @@ __attribute__((target("avx2"))) static void k2_rows_avx2(int64_t nch, int64_t cs
         const float *const rows[4] = {r0 + c * cs, r1 + c * cs, kd == 2 ? r2 + c * cs : NULL,
                                       kd == 2 ? r3 + c * cs : NULL};
         const int64_t done = k2_fwd_avx2(nout, kd, rows, i0, w1, hw, y + c * os, argmax + c * os);
-        k2_fwd_tail(done, nout, kd, rows, i0, w1, hw, y + c * os, argmax + c * os);
+        if (done == nout) continue;
+        const int64_t left = nout - done;  // 1 .. 7 windows: 2 left inputs a row
+        float t[4][16] = {{0}}, yt[8];
+        int32_t at[8];
+        for (int r = 0; r < 2 * kd; r++) memcpy(t[r], rows[r] + 2 * done, sizeof(float) * (size_t)(2 * left));
+        const float *const tr[4] = {t[0], t[1], t[2], t[3]};
+        k2_fwd_avx2(8, kd, tr, i0 + 2 * (int32_t)done, w1, hw, yt, at);
+        memcpy(y + c * os + done, yt, sizeof(float) * (size_t)left);
+        memcpy(argmax + c * os + done, at, sizeof(int32_t) * (size_t)left);
     }
 }
 #endif
