@@ -103,8 +103,8 @@ static inline void k2_fwd_tail(int64_t ow0, int64_t nout, int kd, const float *c
 // cpu_max_pool_k2_rows on AVX2: every channel in one call, k2_fwd_avx2 inlined (a call per
 // channel and row of windows, 16 or 20 windows each, was as much again as its vector work). The
 // last nout % 8 windows take one more vector step on a copy of their inputs (zeros after them,
-// whose windows are not kept): the same picks as the scan, and a scalar tail of 4 windows in rows
-// of 20 (cnn3d's first layer) cost as much as the row's 16 others.
+// whose windows are not kept): the same picks as the scan. In place of a scalar tail of 4 windows
+// in rows of 20 (cnn3d's first layer): this function 3.7 -> 3.2% of cnn3d's samples (perf).
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx2"))) static void k2_rows_avx2(int64_t nch, int64_t cs, int64_t os, int64_t nout, int kd,
                                                          const float *r0, const float *r1, const float *r2,
