@@ -791,6 +791,28 @@ FAST_TARGET_AVX2 static double bias_sum_avx2(int64_t n, int64_t stride, int64_t 
     return lanes_sum8(l);
 }
 
+// dst [kk][8] = w's nr rows (kk floats each, ld apart; 0 for rows nr .. 7) transposed, each row
+// read backwards when rev (dst[k][i] = row i's element kk - 1 - k), 8 x 8 blocks in registers:
+// the packs for mr = 8 (AVX-512's row tiles). Written float by float with stride 8, the forward's
+// pack of CosmoFlow's 256 -> 512 weights (14 MB) was 30% of that layer's forward on 2^3 maps and
+// the flipped one 26% of its input gradient.
+FAST_TARGET_AVX2 static void pack_rows8(const float *w, int64_t ld, int64_t kk, int64_t nr, bool rev, float *dst) {
+    const __m256i back = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+    int64_t k0 = 0;
+    for (; k0 + 8 <= kk; k0 += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; i++) {
+            const float *src = w + i * ld + (rev ? kk - 8 - k0 : k0);
+            r[i] = i < nr ? _mm256_loadu_ps(src) : _mm256_setzero_ps();
+            if (rev) r[i] = _mm256_permutevar8x32_ps(r[i], back);
+        }
+        TRANSPOSE8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+        for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (k0 + j) * 8, r[j]);
+    }
+    for (; k0 < kk; k0++)
+        for (int64_t i = 0; i < 8; i++) dst[k0 * 8 + i] = i < nr ? w[i * ld + (rev ? kk - 1 - k0 : k0)] : 0.0f;
+}
+
 // dy_transpose_avx2 on AVX-512 too: 16-lane gathers (one per position and 16 filters) took 5% of
 // the small CNN's step on a 2-core Xeon, the 8 x 8 register blocks +4% samples/s (median of 6
 // alternating pairs); 16 x 16 blocks in AVX-512 registers were 2-4% slower than these.
@@ -889,15 +911,22 @@ static void ig_run(const ig_kernels *kr, const ig_plan *g, int64_t n, const floa
 #pragma omp parallel num_threads(threads > 0 ? threads : 1)
     {
         float *panel = panels + (int64_t)omp_get_thread_num() * ig_panel_floats(g), *yb = panel + g->kk * NR;
+        int64_t built = -1;  // the tile whose panel this thread holds
 #pragma omp for schedule(dynamic, chunk)
         for (int64_t task = 0; task < tasks; task++) {
             const int64_t t = task / msplit, ms = task % msplit, m0 = mp * ms / msplit, m1 = mp * (ms + 1) / msplit;
             const int64_t s0 = t / tiles * spt, ns = n - s0 < spt ? n - s0 : spt, p0 = t % tiles * NR;
             const int64_t cnt = spt > 1 ? ns * P : P - p0 < NR ? P - p0 : NR;
-            if (cnt < NR)
-                for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
-            for (int64_t i = 0; i < ns; i++)
-                kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, spt > 1 ? P : cnt, 0, g->geo.c, panel, NR, i * P);
+            // A tile split by rows of channels: a thread that takes the next part of the tile whose
+            // panel it built keeps it (CosmoFlow's 256 -> 512 on 2^3: 8 tasks of 2 tiles, each
+            // building the same 884 KiB panel, 23% of that layer's forward).
+            if (t != built) {
+                if (cnt < NR)
+                    for (int64_t r = 0; r < g->kk; r++) memset(panel + r * NR + cnt, 0, sizeof(float) * (size_t)(NR - cnt));
+                for (int64_t i = 0; i < ns; i++)
+                    kr->panel(g, x + (s0 + i) * g->geo.c * g->in_pos, p0, spt > 1 ? P : cnt, 0, g->geo.c, panel, NR, i * P);
+                built = t;
+            }
             // outputs: y itself (row stride P), or yb [cout][NR] holding the ns samples' maps
             float *yt = spt > 1 ? yb : y + s0 * g->geo.f * P + p0;
             const int64_t ldy = spt > 1 ? NR : P;
@@ -1217,7 +1246,14 @@ static void dw_run_chunks(const ig_kernels *kr, const ig_plan *g, int64_t n, con
 static void ig_pack_forward(const ig_plan *g, int64_t mr, const float *w, float *apack) {
     const int64_t mp = (g->geo.f + mr - 1) / mr;
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
-    for (int64_t m = 0; m < mp; m++)
+    for (int64_t m = 0; m < mp; m++) {
+#if FAST_BUILT
+        if (mr == 8) {
+            const int64_t nr = g->geo.f - m * 8 < 8 ? g->geo.f - m * 8 : 8;
+            pack_rows8(w + m * 8 * g->kk, g->kk, g->kk, nr, false, apack + m * g->kk * 8);
+            continue;
+        }
+#endif
         for (int64_t i = 0; i < mr; i++) {  // row by row: w read in order (a 512 x 6912 w is 14 MB)
             const int64_t o = m * mr + i;
             float *dst = apack + m * g->kk * mr + i;
@@ -1226,6 +1262,7 @@ static void ig_pack_forward(const ig_plan *g, int64_t mr, const float *w, float 
             else
                 for (int64_t k = 0; k < g->kk; k++) dst[k * mr] = 0.0f;
         }
+    }
 }
 
 // The flipped kernel of the input gradient: g maps dy (cin = F) to dx (cout = C); w is the
@@ -1239,7 +1276,14 @@ static void ig_pack_flipped(const ig_plan *g, int64_t mr, const float *w, float 
 #pragma omp parallel for schedule(static) if (mp * g->kk >= 65536)
     for (int64_t b = 0; b < fb; b++)
         for (int64_t m = 0; m < mp; m++)
-        for (int64_t f = b * 8; f < (b * 8 + 8 < g->geo.c ? b * 8 + 8 : g->geo.c); f++)
+        for (int64_t f = b * 8; f < (b * 8 + 8 < g->geo.c ? b * 8 + 8 : g->geo.c); f++) {
+#if FAST_BUILT
+            if (mr == 8) {
+                const int64_t nr = C - m * 8 < 8 ? C - m * 8 : 8;
+                pack_rows8(w + (f * C + m * 8) * taps, taps, taps, nr, true, apack + (m * g->kk + f * taps) * 8);
+                continue;
+            }
+#endif
             for (int64_t i = 0; i < mr; i++) {  // the inner loop a plain strided copy
                 const int64_t c = m * mr + i;
                 float *dst = apack + (m * g->kk + f * taps) * mr + i;
@@ -1250,6 +1294,7 @@ static void ig_pack_flipped(const ig_plan *g, int64_t mr, const float *w, float 
                     for (int64_t t = 0; t < taps; t++) dst[t * mr] = 0.0f;
                 }
             }
+        }
 }
 
 // Whether the fast kernels take this geometry: stride 1, one group (the caller checks those),
