@@ -988,6 +988,17 @@ static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
     }
 }
 
+// Room for nrows rows' offsets (int64: 8-byte aligned, a float earlier where the end is not) and
+// then xpf floats of padded input at the end of the `floats` floats from base: returns the floats
+// left before them (under 1: they do not fit), with *tab and *xp where they go.
+static int64_t dwx_place(float *base, int64_t floats, int64_t xpf, int64_t nrows, int64_t **tab, float **xp) {
+    int64_t x0 = floats - xpf - 2 * nrows;
+    if (x0 > 0 && (uintptr_t)(base + x0) % sizeof(int64_t)) x0--;
+    *tab = (int64_t *)(void *)(base + (x0 > 0 ? x0 : 0));
+    *xp = base + (x0 > 0 ? x0 : 0) + 2 * nrows;
+    return x0;
+}
+
 // ig_run with a max pool of windows {kd, 2, 2} fused into the store (cpu_store_pool): a task is
 // one row of windows of one sample, the 2 kd output rows they cover (kd runs of 2 W contiguous
 // positions). Its tiles take NR columns of those runs side by side into yb [cout][R] (R = 2 kd W:
@@ -1020,8 +1031,8 @@ static void dwx_rows(const ig_plan *g, int64_t kkp, int64_t *tab) {
 #define IG_DIRECT_KK 512
 
 typedef struct {
-    const float *xp;     // [n][cin][Dp][Hp][Wp] and NR floats after it (read by a last tile's lanes)
-    const int64_t *tab;  // [kk]: dwx_rows
+    float *xp;     // [n][cin][Dp][Hp][Wp] and NR floats after it (read by a last tile's lanes)
+    int64_t *tab;  // [kk]: dwx_rows
 } ig_direct;
 
 static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const float *x, const ig_direct *xd,
@@ -1050,6 +1061,10 @@ static bool ig_run_pool(const ig_kernels *kr, const ig_plan *g, int64_t n, const
     threads = threads < buf_floats / per ? threads : buf_floats / per;
     if (threads < 1 || tasks < 2 * threads) return false;
     act.stream = false;
+    if (xd) {  // padded here, once the fused path is sure to run
+        dwx_pad(g, n, x, xd->xp), dwx_rows(g, g->kk, xd->tab);
+        memset(xd->xp + dwx_floats(g, n), 0, sizeof(float) * NR);
+    }
 #pragma omp parallel num_threads((int)threads)
     {
         float *panel = bufs + (int64_t)omp_get_thread_num() * per, *yb = panel + pf;
@@ -1323,19 +1338,11 @@ bool cpu_conv_fast_forward(int64_t n, int64_t c, int64_t f, const int64_t in[3],
         // ig_direct where output rows are not short (a row's Wp - W columns are computed in vain)
         // and the padded input, NR floats after it and the taps' offsets fit at the end of scratch
         ig_direct xd = {0};
-        int64_t xpf = out[2] >= DWX_MIN_ROW && g.kk <= IG_DIRECT_KK ? dwx_floats(&g, n) + NR : 0;
-        int64_t x0 = buf_floats - xpf - 2 * g.kk - 1;
-        if (xpf > 0 && x0 > 0) {
-            float *at = bufs + x0;
-            if ((uintptr_t)at % sizeof(int64_t)) at++;
-            int64_t *tab = (int64_t *)(void *)at;
-            float *xp = at + 2 * g.kk;
-            dwx_pad(&g, n, x, xp), dwx_rows(&g, g.kk, tab);
-            memset(xp + xpf - NR, 0, sizeof(float) * NR);
-            xd = (ig_direct){xp, tab};
-        }
-        if (ig_run_pool(kr, &g, n, x, xd.xp ? &xd : NULL, scratch, b, bufs, xd.xp ? x0 : buf_floats, act, pool) ||
-            (xd.xp && ig_run_pool(kr, &g, n, x, NULL, scratch, b, bufs, buf_floats, act, pool))) {
+        const int64_t xpf = out[2] >= DWX_MIN_ROW && g.kk <= IG_DIRECT_KK ? dwx_floats(&g, n) + NR : 0;
+        const int64_t x0 = xpf > 0 ? dwx_place(bufs, buf_floats, xpf, g.kk, &xd.tab, &xd.xp) : 0;
+        const bool direct = x0 > 0;
+        if (ig_run_pool(kr, &g, n, x, direct ? &xd : NULL, scratch, b, bufs, direct ? x0 : buf_floats, act, pool) ||
+            (direct && ig_run_pool(kr, &g, n, x, NULL, scratch, b, bufs, buf_floats, act, pool))) {
             pool->done = true;
             return true;
         }
@@ -1362,15 +1369,16 @@ bool cpu_conv_fast_weight_grad(int64_t n, int64_t c, int64_t f, const int64_t in
     // same order: the same bits. (Splitting dW by filters here, so each thread transposes only its
     // own filters of dy, measured slower.)
     const ig_kernels *kr = ig_kernels_get();
-    // Its rows' offsets (int64: 8-byte aligned, a float earlier where scratch is not) and the padded
-    // input close scratch.
+    // Its rows' offsets and the padded input close scratch (dwx_place).
     const int64_t xpf = kr && kr->dw_seg && g.geo.out[2] >= DWX_MIN_ROW && n > 0 ? dwx_floats(&g, n) : 0;
-    int64_t x0 = scratch_floats - xpf - 2 * kkp;
-    if (xpf > 0 && x0 > 0 && (uintptr_t)(scratch + x0) % sizeof(int64_t)) x0--;
+    int64_t *tab = NULL;
+    float *xp = NULL;
+    const int64_t x0 = xpf > 0 ? dwx_place(scratch, scratch_floats, xpf, kkp, &tab, &xp) : 0;
     const int64_t fit_x = xpf > 0 && x0 > 0 ? (x0 - kkp * f * (1 + q)) / per : 0;
-    int64_t *tab = fit_x >= 1 ? (int64_t *)(void *)(scratch + x0) : NULL;
-    float *xp = tab ? scratch + x0 + 2 * kkp : NULL;
-    if (xp) fit = fit_x;
+    if (fit_x >= 1)
+        fit = fit_x;
+    else
+        tab = NULL, xp = NULL;
     if (!cpu_conv_fast_ok() || g.geo.k[2] > KMAX || fit < 1)
         return false;
     float *dwt = scratch;  // written whole by the first group of tiles (rows past kk: never read)
