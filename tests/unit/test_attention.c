@@ -218,6 +218,38 @@ static void test_fast_paths_and_splits(void **state) {
     case_free(&a), case_free(&b);
 }
 
+// The whole-tile kernels (AVX-512: full 64-key tiles of queries tiles of 12 rows or more, E of 32
+// to 64, no mask, no dropout) sum the general path's chains: y, lse and dqkv bit for bit with them
+// off, at both backward splits, on shapes with a partial last query tile of 12+ rows (its
+// moved-back row block), of fewer rows (the general path), a partial last key tile, E 32, 48 and
+// 64; and a causal case, which keeps the general path, equal too.
+static void test_tile_kernels_sum_the_general_chains(void **state) {
+    (void)state;
+    if (cpu_attention_force(2, -1) != 2) {
+        cpu_attention_force(-1, -1);
+        skip();
+    }
+    const shape_t tiled[] = {{3, 64, 3, 64, 0, 0}, {2, 81, 2, 48, 0, 0}, {1, 140, 2, 32, 0, 0},
+                             {1, 130, 1, 64, 0, 0}, {2, 76, 1, 48, 0, 0},  {1, 128, 2, 64, 1, 0}};
+    for (int i = 0; i < (int)(sizeof tiled / sizeof tiled[0]); i++)
+        for (int split = 0; split <= 1; split++) {
+            case_t a = case_make(tiled[i], 400 + 10 * (uint64_t)i), b = case_make(tiled[i], 400 + 10 * (uint64_t)i);
+            cpu_attention_force(2, split);
+            cpu_attention_force_tiles(0);
+            case_run(&a);
+            cpu_attention_force_tiles(1);
+            case_run(&b);
+            const shape_t *s = &tiled[i];
+            if (memcmp(a.y, b.y, sizeof(float) * (size_t)y_size(s)) ||
+                memcmp(a.lse, b.lse, sizeof(float) * (size_t)(s->n * s->h * s->t)) ||
+                memcmp(a.dqkv, b.dqkv, sizeof(float) * (size_t)qkv_size(s)))
+                fail_msg("N %lld T %lld H %lld E %lld causal %d split %d: the tile kernels' bits differ",
+                         (long long)s->n, (long long)s->t, (long long)s->h, (long long)s->e, s->causal, split);
+            case_free(&a), case_free(&b);
+        }
+    cpu_attention_force(-1, -1);
+}
+
 // Dropout on: backward is the derivative of forward (same draws), by central differences of
 // L = sum(y * R) over every qkv element.
 typedef struct {
@@ -469,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_matches_naive),
         cmocka_unit_test(test_kernel_with_dropout_matches_naive_with_the_same_draws),
         cmocka_unit_test(test_fast_paths_and_splits),
+        cmocka_unit_test(test_tile_kernels_sum_the_general_chains),
         cmocka_unit_test(test_nan_score_reaches_the_output),
         cmocka_unit_test(test_dropout_backward_is_forwards_derivative),
         cmocka_unit_test(test_dropout_keeps_about_one_minus_rate),

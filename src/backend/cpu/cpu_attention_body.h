@@ -116,6 +116,184 @@ static float AFN(dot)(const float *a, const float *b, int64_t cnt) {
     return sum;
 }
 
+#if AW == 16
+// ---- whole 64-key tiles on AVX-512 (cpu_attention.c's attn_tile_fast) -----------------------------
+//
+// q k^T, the softmax and P v of a (query tile, 64-key tile) in three kernels of their own rather
+// than cpu_gemm_fast's 12 x 32 tiles and a row function per row: 6 rows x 64 columns (or 6 x E)
+// register tiles, so 64 rows take 11 tiles (the last moved back over its neighbour, which its
+// overlapping rows do not store) and E = 48 no column block of 32 half wasted; K^T packed once
+// per tile; the softmax's constants set once per tile. Every element is the chain the general
+// path sums (q k^T: an fma chain over E from 0; P v: over the keys from 0 or from y; the
+// softmax: row_max's and exp_row's expressions), so the bits are the general path's
+// (test_attention compares them).
+
+// kt[f][j] (rows AK apart) = k[j * ldk + f] for f < e (a multiple of 16), j < 64: 16 x 16 blocks
+// transposed in registers.
+static void AFN(pack_kt)(int64_t e, const float *k, int64_t ldk, float *kt) {
+    for (int64_t j0 = 0; j0 < 64; j0 += 16)
+        for (int64_t f0 = 0; f0 < e; f0 += 16) {
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (j0 + i) * ldk + f0);
+            for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1, a2 b2 a3 b3
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 16; i += 4) {  // rows i .. i+3, element e of each lane's 4
+                r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+                r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+                r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+            }
+            for (int h = 0; h < 16; h += 8)
+                for (int q = 0; q < 4; q++) {
+                    t[h + q] = _mm512_shuffle_f32x4(r[h + q], r[h + 4 + q], 0x88);
+                    t[h + 4 + q] = _mm512_shuffle_f32x4(r[h + q], r[h + 4 + q], 0xdd);
+                }
+            for (int q = 0; q < 8; q++) {  // t[q] with t[q + 8]: elements q and q + 8 of every row
+                _mm512_storeu_ps(kt + (f0 + q) * AK + j0, _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88));
+                _mm512_storeu_ps(kt + (f0 + q + 8) * AK + j0, _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd));
+            }
+        }
+}
+
+// s[r][j] (rows AK apart) = the fma chain over f < e from 0 of q[r * ldq + f] kt[f][j], for
+// r < bq (at least 6), j < 64.
+static void AFN(qk_rows)(int64_t bq, int64_t e, const float *q, int64_t ldq, const float *kt, float *s) {
+    for (int64_t i = 0; i < bq; i += 6) {
+        const int64_t i0 = i + 6 <= bq ? i : bq - 6;
+        __m512 c[6][4];
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++) c[r][0] = c[r][1] = c[r][2] = c[r][3] = _mm512_setzero_ps();
+        const float *qr = q + i0 * ldq;
+        for (int64_t f = 0; f < e; f++) {
+            const __m512 b0 = _mm512_loadu_ps(kt + f * AK), b1 = _mm512_loadu_ps(kt + f * AK + 16);
+            const __m512 b2 = _mm512_loadu_ps(kt + f * AK + 32), b3 = _mm512_loadu_ps(kt + f * AK + 48);
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++) {
+                const __m512 a = _mm512_set1_ps(qr[r * ldq + f]);
+                c[r][0] = _mm512_fmadd_ps(a, b0, c[r][0]), c[r][1] = _mm512_fmadd_ps(a, b1, c[r][1]);
+                c[r][2] = _mm512_fmadd_ps(a, b2, c[r][2]), c[r][3] = _mm512_fmadd_ps(a, b3, c[r][3]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = (int)(i - i0); r < 6; r++)
+            for (int v = 0; v < 4; v++) _mm512_storeu_ps(s + (i0 + r) * AK + 16 * v, c[r][v]);
+    }
+}
+
+// For rows r < bq of s (64 keys each, rows AK apart): mx[r] = row_max(s[r], 64, scale, m[r]), then
+// s[r] = e^(s[r] * scale - mx[r]) and sum[r] their sum, as exp_row (inlined here, the same
+// expressions).
+static void AFN(softmax_rows)(int64_t bq, float *s, float scale, const float *m, float *mx, float *sum) {
+    for (int64_t r = 0; r < bq; r++) {
+        float *x = s + r * AK;
+        af mv = (af){0} + m[r];
+        for (int64_t j = 0; j < 64; j += AW) {
+            af v = *(const af_u *)(x + j) * scale;
+            const ai gt = v > mv;
+            mv = (af)(((ai)v & gt) | ((ai)mv & ~gt));
+        }
+        float lane[AW], mr = m[r];
+        *(af_u *)lane = mv;
+        for (int q = 1; q < AW; q++) mr = lane[q] > mr ? lane[q] : mr;
+        mr = lane[0] > mr ? lane[0] : mr;
+        af acc = (af){0};
+        for (int64_t j = 0; j < 64; j += AW) {
+            af v = AFN(vexp)(*(const af_u *)(x + j) * scale - mr);
+            acc += v;
+            *(af_u *)(x + j) = v;
+        }
+        mx[r] = mr, sum[r] = AFN(hsum)(acc);
+    }
+}
+
+// y[r * ldy + x] for r < bq (at least 6), x < 16 NE: the fma chain over the keys j < 64 in order
+// of p[r][j] (rows AK apart) v[j * ldv + x], from y (acc) or 0.
+AINLINE void AFN(pv_rows_n)(const int NE, int64_t bq, const float *p, const float *v, int64_t ldv, float *y,
+                            int64_t ldy, bool acc) {
+    for (int64_t i = 0; i < bq; i += 6) {
+        const int64_t i0 = i + 6 <= bq ? i : bq - 6;
+        const int r0 = (int)(i - i0);  // rows before r0 belong to the tile before: neither read nor stored
+        __m512 c[6][4];
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++)
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++)
+                c[r][x] = acc && r >= r0 ? _mm512_loadu_ps(y + (i0 + r) * ldy + 16 * x) : _mm512_setzero_ps();
+        const float *pr = p + i0 * AK;
+        for (int64_t j = 0; j < 64; j++) {
+            __m512 b[4];
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++) b[x] = _mm512_loadu_ps(v + j * ldv + 16 * x);
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++) {
+                const __m512 a = _mm512_set1_ps(pr[r * AK + j]);
+#pragma GCC unroll 4
+                for (int x = 0; x < NE; x++) c[r][x] = _mm512_fmadd_ps(a, b[x], c[r][x]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = r0; r < 6; r++)
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++) _mm512_storeu_ps(y + (i0 + r) * ldy + 16 * x, c[r][x]);
+    }
+}
+
+// y[r * ldy + x] for r < 64, x < 16 NE: the fma chain over j < bq in order of p[j][r] (p's
+// rows AK apart: its transpose read in place) v[j * ldv + x], from y (acc) or 0. Backward's
+// P^T dy and dS^T q.
+AINLINE void AFN(ptv_rows_n)(const int NE, int64_t bq, const float *p, const float *v, int64_t ldv, float *y,
+                             int64_t ldy, bool acc) {
+    for (int64_t i = 0; i < 64; i += 6) {
+        const int64_t i0 = i + 6 <= 64 ? i : 64 - 6;
+        const int r0 = (int)(i - i0);
+        __m512 c[6][4];
+#pragma GCC unroll 6
+        for (int r = 0; r < 6; r++)
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++)
+                c[r][x] = acc && r >= r0 ? _mm512_loadu_ps(y + (i0 + r) * ldy + 16 * x) : _mm512_setzero_ps();
+        for (int64_t j = 0; j < bq; j++) {
+            __m512 b[4];
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++) b[x] = _mm512_loadu_ps(v + j * ldv + 16 * x);
+            const float *pj = p + j * AK + i0;
+#pragma GCC unroll 6
+            for (int r = 0; r < 6; r++) {
+                const __m512 a = _mm512_set1_ps(pj[r]);
+#pragma GCC unroll 4
+                for (int x = 0; x < NE; x++) c[r][x] = _mm512_fmadd_ps(a, b[x], c[r][x]);
+            }
+        }
+#pragma GCC unroll 6
+        for (int r = r0; r < 6; r++)
+#pragma GCC unroll 4
+            for (int x = 0; x < NE; x++) _mm512_storeu_ps(y + (i0 + r) * ldy + 16 * x, c[r][x]);
+    }
+}
+
+static void AFN(ptv_rows)(int64_t bq, int64_t e, const float *p, const float *v, int64_t ldv, float *y, int64_t ldy,
+                          bool acc) {
+    switch (e / 16) {
+        case 1: AFN(ptv_rows_n)(1, bq, p, v, ldv, y, ldy, acc); break;
+        case 2: AFN(ptv_rows_n)(2, bq, p, v, ldv, y, ldy, acc); break;
+        case 3: AFN(ptv_rows_n)(3, bq, p, v, ldv, y, ldy, acc); break;
+        default: AFN(ptv_rows_n)(4, bq, p, v, ldv, y, ldy, acc); break;
+    }
+}
+
+static void AFN(pv_rows)(int64_t bq, int64_t e, const float *p, const float *v, int64_t ldv, float *y, int64_t ldy,
+                         bool acc) {
+    switch (e / 16) {
+        case 1: AFN(pv_rows_n)(1, bq, p, v, ldv, y, ldy, acc); break;
+        case 2: AFN(pv_rows_n)(2, bq, p, v, ldv, y, ldy, acc); break;
+        case 3: AFN(pv_rows_n)(3, bq, p, v, ldv, y, ldy, acc); break;
+        default: AFN(pv_rows_n)(4, bq, p, v, ldv, y, ldy, acc); break;
+    }
+}
+#endif
+
 #undef af
 #undef ai
 #undef af_u

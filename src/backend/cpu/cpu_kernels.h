@@ -221,6 +221,8 @@ void cpu_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float sc
 // falls back to the best it has); split -1 by thread count, 0 backward by whole (sample, head)
 // pairs, 1 in two passes over tiles. Returns the instruction set now in effect.
 int cpu_attention_force(int isa, int split);
+// Test hook: cpu_attention.c's whole-tile kernels off (0) or on (1, the default).
+void cpu_attention_force_tiles(int on);
 // (end attention region)
 
 #endif
