@@ -137,6 +137,8 @@ static const attn_kernels attn_scalar = {mm_scalar,        mm_ta_scalar, exp_row
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ATTN_VECTOR 1
 #include <immintrin.h>
+
+#include "backend/cpu/cpu_transpose16.h"
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 #pragma GCC optimize("fp-contract=fast")

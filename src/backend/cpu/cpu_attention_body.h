@@ -129,31 +129,14 @@ static float AFN(dot)(const float *a, const float *b, int64_t cnt) {
 // (test_attention compares them).
 
 // kt[f][j] (rows AK apart) = k[j * ldk + f] for f < e (a multiple of 16), j < 64: 16 x 16 blocks
-// transposed in registers.
+// transposed in registers (cpu_transpose16.h).
 static void AFN(pack_kt)(int64_t e, const float *k, int64_t ldk, float *kt) {
     for (int64_t j0 = 0; j0 < 64; j0 += 16)
         for (int64_t f0 = 0; f0 < e; f0 += 16) {
-            __m512 r[16], t[16];
+            __m512 r[16];
             for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(k + (j0 + i) * ldk + f0);
-            for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1, a2 b2 a3 b3
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-            }
-            for (int i = 0; i < 16; i += 4) {  // rows i .. i+3, element e of each lane's 4
-                r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-                r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-                r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-                r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-            }
-            for (int h = 0; h < 16; h += 8)
-                for (int q = 0; q < 4; q++) {
-                    t[h + q] = _mm512_shuffle_f32x4(r[h + q], r[h + 4 + q], 0x88);
-                    t[h + 4 + q] = _mm512_shuffle_f32x4(r[h + q], r[h + 4 + q], 0xdd);
-                }
-            for (int q = 0; q < 8; q++) {  // t[q] with t[q + 8]: elements q and q + 8 of every row
-                _mm512_storeu_ps(kt + (f0 + q) * AK + j0, _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88));
-                _mm512_storeu_ps(kt + (f0 + q + 8) * AK + j0, _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd));
-            }
+            cpu_transpose16(r);
+            for (int q = 0; q < 16; q++) _mm512_storeu_ps(kt + (f0 + q) * AK + j0, r[q]);
         }
 }
 
@@ -208,12 +191,14 @@ static void AFN(softmax_rows)(int64_t bq, float *s, float scale, const float *m,
     }
 }
 
-// y[r * ldy + x] for r < bq (at least 6), x < 16 NE: the fma chain over the keys j < 64 in order
-// of p[r][j] (rows AK apart) v[j * ldv + x], from y (acc) or 0.
-AINLINE void AFN(pv_rows_n)(const int NE, int64_t bq, const float *p, const float *v, int64_t ldv, float *y,
-                            int64_t ldy, bool acc) {
-    for (int64_t i = 0; i < bq; i += 6) {
-        const int64_t i0 = i + 6 <= bq ? i : bq - 6;
+// y[r * ldy + x] for r < rows (at least 6), x < 16 NE: the fma chain over j < kn in order of
+// a(r, j) v[j * ldv + x], from y (acc) or 0; a(r, j) = p[r][j], or with TA p[j][r] (p's rows AK
+// apart: its transpose read in place). P v and dS k (rows the queries, kn 64 keys) and, with TA,
+// P^T dy and dS^T q (rows the 64 keys, kn the queries).
+AINLINE void AFN(prod_rows_n)(const int NE, const bool TA, int64_t rows, int64_t kn, const float *p, const float *v,
+                              int64_t ldv, float *y, int64_t ldy, bool acc) {
+    for (int64_t i = 0; i < rows; i += 6) {
+        const int64_t i0 = i + 6 <= rows ? i : rows - 6;
         const int r0 = (int)(i - i0);  // rows before r0 belong to the tile before: neither read nor stored
         __m512 c[6][4];
 #pragma GCC unroll 6
@@ -221,14 +206,13 @@ AINLINE void AFN(pv_rows_n)(const int NE, int64_t bq, const float *p, const floa
 #pragma GCC unroll 4
             for (int x = 0; x < NE; x++)
                 c[r][x] = acc && r >= r0 ? _mm512_loadu_ps(y + (i0 + r) * ldy + 16 * x) : _mm512_setzero_ps();
-        const float *pr = p + i0 * AK;
-        for (int64_t j = 0; j < 64; j++) {
+        for (int64_t j = 0; j < kn; j++) {
             __m512 b[4];
 #pragma GCC unroll 4
             for (int x = 0; x < NE; x++) b[x] = _mm512_loadu_ps(v + j * ldv + 16 * x);
 #pragma GCC unroll 6
             for (int r = 0; r < 6; r++) {
-                const __m512 a = _mm512_set1_ps(pr[r * AK + j]);
+                const __m512 a = _mm512_set1_ps(TA ? p[j * AK + i0 + r] : p[(i0 + r) * AK + j]);
 #pragma GCC unroll 4
                 for (int x = 0; x < NE; x++) c[r][x] = _mm512_fmadd_ps(a, b[x], c[r][x]);
             }
@@ -240,57 +224,26 @@ AINLINE void AFN(pv_rows_n)(const int NE, int64_t bq, const float *p, const floa
     }
 }
 
-// y[r * ldy + x] for r < 64, x < 16 NE: the fma chain over j < bq in order of p[j][r] (p's
-// rows AK apart: its transpose read in place) v[j * ldv + x], from y (acc) or 0. Backward's
-// P^T dy and dS^T q.
-AINLINE void AFN(ptv_rows_n)(const int NE, int64_t bq, const float *p, const float *v, int64_t ldv, float *y,
-                             int64_t ldy, bool acc) {
-    for (int64_t i = 0; i < 64; i += 6) {
-        const int64_t i0 = i + 6 <= 64 ? i : 64 - 6;
-        const int r0 = (int)(i - i0);
-        __m512 c[6][4];
-#pragma GCC unroll 6
-        for (int r = 0; r < 6; r++)
-#pragma GCC unroll 4
-            for (int x = 0; x < NE; x++)
-                c[r][x] = acc && r >= r0 ? _mm512_loadu_ps(y + (i0 + r) * ldy + 16 * x) : _mm512_setzero_ps();
-        for (int64_t j = 0; j < bq; j++) {
-            __m512 b[4];
-#pragma GCC unroll 4
-            for (int x = 0; x < NE; x++) b[x] = _mm512_loadu_ps(v + j * ldv + 16 * x);
-            const float *pj = p + j * AK + i0;
-#pragma GCC unroll 6
-            for (int r = 0; r < 6; r++) {
-                const __m512 a = _mm512_set1_ps(pj[r]);
-#pragma GCC unroll 4
-                for (int x = 0; x < NE; x++) c[r][x] = _mm512_fmadd_ps(a, b[x], c[r][x]);
-            }
-        }
-#pragma GCC unroll 6
-        for (int r = r0; r < 6; r++)
-#pragma GCC unroll 4
-            for (int x = 0; x < NE; x++) _mm512_storeu_ps(y + (i0 + r) * ldy + 16 * x, c[r][x]);
-    }
-}
-
-static void AFN(ptv_rows)(int64_t bq, int64_t e, const float *p, const float *v, int64_t ldv, float *y, int64_t ldy,
-                          bool acc) {
+AINLINE void AFN(prod_rows)(const bool TA, int64_t rows, int64_t kn, int64_t e, const float *p, const float *v,
+                            int64_t ldv, float *y, int64_t ldy, bool acc) {
     switch (e / 16) {
-        case 1: AFN(ptv_rows_n)(1, bq, p, v, ldv, y, ldy, acc); break;
-        case 2: AFN(ptv_rows_n)(2, bq, p, v, ldv, y, ldy, acc); break;
-        case 3: AFN(ptv_rows_n)(3, bq, p, v, ldv, y, ldy, acc); break;
-        default: AFN(ptv_rows_n)(4, bq, p, v, ldv, y, ldy, acc); break;
+        case 1: AFN(prod_rows_n)(1, TA, rows, kn, p, v, ldv, y, ldy, acc); break;
+        case 2: AFN(prod_rows_n)(2, TA, rows, kn, p, v, ldv, y, ldy, acc); break;
+        case 3: AFN(prod_rows_n)(3, TA, rows, kn, p, v, ldv, y, ldy, acc); break;
+        default: AFN(prod_rows_n)(4, TA, rows, kn, p, v, ldv, y, ldy, acc); break;
     }
 }
 
+// y (=, +=) p v for bq rows of p (64 keys each) and 64 rows of v.
 static void AFN(pv_rows)(int64_t bq, int64_t e, const float *p, const float *v, int64_t ldv, float *y, int64_t ldy,
                          bool acc) {
-    switch (e / 16) {
-        case 1: AFN(pv_rows_n)(1, bq, p, v, ldv, y, ldy, acc); break;
-        case 2: AFN(pv_rows_n)(2, bq, p, v, ldv, y, ldy, acc); break;
-        case 3: AFN(pv_rows_n)(3, bq, p, v, ldv, y, ldy, acc); break;
-        default: AFN(pv_rows_n)(4, bq, p, v, ldv, y, ldy, acc); break;
-    }
+    AFN(prod_rows)(false, bq, 64, e, p, v, ldv, y, ldy, acc);
+}
+
+// y (=, +=) p^T v for 64 rows of y (the keys) over bq rows of p and v.
+static void AFN(ptv_rows)(int64_t bq, int64_t e, const float *p, const float *v, int64_t ldv, float *y, int64_t ldy,
+                          bool acc) {
+    AFN(prod_rows)(true, 64, bq, e, p, v, ldv, y, ldy, acc);
 }
 #endif
 

@@ -59,6 +59,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "backend/cpu/cpu_transpose16.h"
 #define GF_512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,avx2")))
 #define GF_256 __attribute__((target("avx2,fma")))
 #define GF_BUILT 1
@@ -400,28 +402,11 @@ static void gf_task(const gf_call *g, int64_t q, gf_bcache *bc) {
 #if GF_BUILT
 // rows[r][j] (r < 12, j < 16, rows GN apart) to c[j][r] for j in [s0, 16), r in [r0, 12) (c rows ldc apart).
 GF_512 static void gf_store_t16(const float *rows, int r0, int s0, float *c, int64_t ldc) {
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++) r[i] = i < GM ? _mm512_loadu_ps(rows + i * GN) : _mm512_setzero_ps();
-    for (int i = 0; i < 16; i += 2) {  // per 128-bit lane: a0 b0 a1 b1, a2 b2 a3 b3
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {  // rows i .. i+3, element e of each lane's 4
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-    }
-    for (int h = 0; h < 16; h += 8)
-        for (int e = 0; e < 4; e++) {
-            t[h + e] = _mm512_shuffle_f32x4(r[h + e], r[h + 4 + e], 0x88);
-            t[h + 4 + e] = _mm512_shuffle_f32x4(r[h + e], r[h + 4 + e], 0xdd);
-        }
+    cpu_transpose16(r);
     const __mmask16 keep = (__mmask16)(((1u << GM) - 1u) & ~((1u << r0) - 1u));
-    for (int q = 0; q < 8; q++) {  // t[q] with t[q + 8]: elements q and q + 8 of every row
-        if (q >= s0) _mm512_mask_storeu_ps(c + q * ldc, keep, _mm512_shuffle_f32x4(t[q], t[q + 8], 0x88));
-        if (q + 8 >= s0) _mm512_mask_storeu_ps(c + (q + 8) * ldc, keep, _mm512_shuffle_f32x4(t[q], t[q + 8], 0xdd));
-    }
+    for (int q = s0; q < 16; q++) _mm512_mask_storeu_ps(c + q * ldc, keep, r[q]);
 }
 
 // Tile (unit tile jt, row block ib) of gf_fwd_t: pt is a^T's panel for the block.
