@@ -205,6 +205,16 @@ int cpu_attention_force(int isa, int split) {
     return isa < 0 || isa > best ? best : isa;
 }
 
+static const attn_kernels *attn_kernels_get(void);
+
+float cpu_attention_exp_row(int isa, float *x, int64_t cnt, float scale, float sub) {
+    const int was = __atomic_load_n(&attn_isa_forced, __ATOMIC_RELAXED);
+    __atomic_store_n(&attn_isa_forced, isa, __ATOMIC_RELAXED);
+    const float sum = attn_kernels_get()->exp_row(x, cnt, scale, sub);
+    __atomic_store_n(&attn_isa_forced, was, __ATOMIC_RELAXED);
+    return sum;
+}
+
 static const attn_kernels *attn_kernels_get(void) {
     int isa = attn_isa_best(), f = __atomic_load_n(&attn_isa_forced, __ATOMIC_RELAXED);
     if (f >= 0 && f < isa) isa = f;

@@ -223,6 +223,9 @@ void cpu_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float sc
 int cpu_attention_force(int isa, int split);
 // Test hook: cpu_attention.c's whole-tile kernels off (0) or on (1, the default).
 void cpu_attention_force_tiles(int on);
+// Test hook: the exponential row of instruction set isa (capped at the best; as
+// cpu_attention_force): x[j] = e^(x[j] scale - sub), returns their sum.
+float cpu_attention_exp_row(int isa, float *x, int64_t cnt, float scale, float sub);
 // (end attention region)
 
 #endif
