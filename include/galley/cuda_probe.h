@@ -3,6 +3,7 @@
 #define GALLEY_CUDA_PROBE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -13,6 +14,15 @@ int cuda_probe(char *buf, size_t len);
 // Why the CUDA backend finds no GPU, in words: no NVIDIA driver, a driver older than the
 // runtime, no visible device, or the runtime's own error.
 void cuda_no_gpu_reason(char *buf, size_t len);
+// For tests without a GPU (cuda_sdpa_graph.cu): loads cuDNN, describes a device by cuDNN's JSON
+// of its properties (compute capability as deviceVer, 900 for sm_90; SM count; shared memory; ...)
+// and builds cuDNN's fused-attention plans, forward and backward, of (n, t, h, e) in bf16 (else
+// fp16) for it. 0 when both finalize; -1 with the reason in msg. *stage says how far the first
+// failure got: 0 cuDNN not loaded, 1 device properties, 2 graph, 3 heuristics (no engine takes
+// the graph), 4 plan (an engine took it but its kernels could not be built or loaded: with no
+// CUDA driver, loading fails), 5 both built. engines: the engines chosen (forward, backward).
+int cuda_sdpa_check(const char *devprop_json, int64_t n, int64_t t, int64_t h, int64_t e, int bf16, int *stage,
+                    int64_t engines[2], char *msg, size_t len);
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,8 @@
 #      Release build for sm_90 in build-gpu (needs cmake, nvcc and the -dev packages there);
 #   3. tests: unit/test_cuda_ops (every kernel against the CPU backend; then again with
 #      GALLEY_CUDNN_AUTOTUNE=1 and a 0.05 MB workspace cap: timed algorithms, chunked convolutions),
-#      unit/test_cuda_transformer (attention, token ops, relative L2), e2e/test_cuda_train
+#      unit/test_cuda_transformer (attention: the fp32 kernels, galley's tensor-core kernels and
+#      cuDNN's fused attention, each against the CPU; token ops, relative L2), e2e/test_cuda_train
 #      (every layer kind: training losses on the GPU against the CPU in fp32; then bf16, fp16 and
 #      tf32 trainings whose loss must go down) and e2e/test_dist_nccl (the gradient allreduce
 #      through NCCL on one GPU, GALLEY_NCCL=force; mpirun -np 2: NCCL, or with one GPU the MPI
@@ -111,8 +112,8 @@ if want ops; then
     # convolutions run in chunks of samples (ctest's unit/test_cuda_ops_tuned).
     unit 60 120 test_cuda_ops GALLEY_CUDNN_AUTOTUNE=1 GALLEY_CUDNN_WORKSPACE_MB=0.05
 fi
-say "3a'. unit/test_cuda_transformer (attention, token ops, relative L2 against the CPU)"
-want transformer && unit 60 120 test_cuda_transformer
+say "3a'. unit/test_cuda_transformer (attention: fp32, galley's tensor cores, cuDNN; token ops, relative L2 against the CPU)"
+want transformer && unit 90 120 test_cuda_transformer # cuDNN plans compile (NVRTC) at first use: about 1 s each
 say "3a''. unit/test_cuda_optim (chunk_sumsq and optim_update against the CPU's loops)"
 want optim && unit 30 120 test_cuda_optim
 say "3b. e2e/test_cuda_train"

@@ -52,51 +52,70 @@ static double worst_rel(const float *got, const float *want, int64_t n) {
     return d / fmax(max_abs(want, n), 1e-30);
 }
 
+// The kernels GALLEY_ATTENTION_KERNEL picks (NULL: unset, galley measures and chooses).
+static void attention_kernel_set(const char *k) {
+    if (k) setenv("GALLEY_ATTENTION_KERNEL", k, 1);
+    else unsetenv("GALLEY_ATTENTION_KERNEL");
+}
+
 // One case in the precision set now: y, lse and dqkv against the CPU within rtol of the largest
 // |cpu| when tc (the tensor-core kernels must have run: not bitwise the fp32 kernels'), else
 // bitwise the fp32 kernels' (the case falls back). The fp32 kernels' outputs come from the same
-// GPU with GALLEY_ATTENTION_KERNEL=fp32.
+// GPU with GALLEY_ATTENTION_KERNEL=fp32. Where cuDNN's fused attention applies (tc, no mask, no
+// dropout, a width that is a multiple of 8) it is checked the same way (cudnn), and must differ
+// from galley's kernels somewhere (else it did not run); then the measured choice (unset).
 static void attention_reduced_case(const backends *b, const char *prec, double rtol, int64_t n, int64_t t, int64_t h,
                                    int64_t e, int causal, float rate, bool tc) {
-    char ctx[160];
-    snprintf(ctx, sizeof ctx, "%s attention n=%lld t=%lld h=%lld e=%lld causal=%d dropout=%g", prec, (long long)n,
-             (long long)t, (long long)h, (long long)e, causal, rate);
+    char ctx[200];
     const int64_t rows = n * t, d = h * e;
     const float scale = 1.0f / sqrtf((float)e);
+    const bool cudnn = tc && !causal && rate == 0.0f && e % 8 == 0 && b->gpu->set_precision;
     twin qkv = twin_uniform(b, rows * 3 * d, -1, 1, 240), dy = twin_uniform(b, rows * d, -1, 1, 241);
     twin y = twin_const(b, rows * d, NAN), lse = twin_const(b, n * h * t, NAN), dqkv = twin_const(b, rows * 3 * d, NAN),
          work = twin_const(b, n * h * t, NAN);
     float *y32 = xmalloc(sizeof(float) * (size_t)(rows * d)), *l32 = xmalloc(sizeof(float) * (size_t)(n * h * t)),
-          *d32 = xmalloc(sizeof(float) * (size_t)(rows * 3 * d));
-    for (int pass = 0; pass < 2; pass++) {  // 0: GALLEY_ATTENTION_KERNEL=fp32, 1: the kernels the precision picks
-        if (pass == 0) setenv("GALLEY_ATTENTION_KERNEL", "fp32", 1);
-        else unsetenv("GALLEY_ATTENTION_KERNEL");
+          *d32 = xmalloc(sizeof(float) * (size_t)(rows * 3 * d)), *ygl = xmalloc(sizeof(float) * (size_t)(rows * d)),
+          *dgl = xmalloc(sizeof(float) * (size_t)(rows * 3 * d));
+    b->cpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c);
+    b->cpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c, dy.c, dqkv.c, work.c);
+    static const char *const kernels[] = {"fp32", "galley", "cudnn", NULL};
+    for (int pass = 0; pass < (cudnn ? 4 : 2); pass++) {  // fp32, galley, then cudnn and unset where cuDNN applies
+        attention_kernel_set(kernels[pass]);
         b->gpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g);
         b->gpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g, dy.g, dqkv.g, work.g);
         b->gpu->sync();
+        snprintf(ctx, sizeof ctx, "%s attention n=%lld t=%lld h=%lld e=%lld causal=%d dropout=%g, kernels %s", prec,
+                 (long long)n, (long long)t, (long long)h, (long long)e, causal, rate,
+                 kernels[pass] ? kernels[pass] : "measured");
         if (pass == 0) {
             memcpy(y32, y.g, sizeof(float) * (size_t)(rows * d)), memcpy(l32, lse.g, sizeof(float) * (size_t)(n * h * t));
             memcpy(d32, dqkv.g, sizeof(float) * (size_t)(rows * 3 * d));
+            continue;
+        }
+        printf("    %s: worst |gpu - cpu| / max |cpu|: y %.2e, lse %.2e, dqkv %.2e (tolerance %g)%s\n", ctx,
+               worst_rel(y.g, y.c, rows * d), worst_rel(lse.g, lse.c, n * h * t),
+               worst_rel(dqkv.g, dqkv.c, rows * 3 * d), rtol, tc ? "" : ", the fp32 kernels");
+        expect_close(ctx, "y", y.g, y.c, rows * d, rtol, fmax(max_abs(y.c, rows * d), 1e-30));
+        expect_close(ctx, "lse", lse.g, lse.c, n * h * t, rtol, fmax(max_abs(lse.c, n * h * t), 1e-30));
+        expect_close(ctx, "dqkv", dqkv.g, dqkv.c, rows * 3 * d, rtol, fmax(max_abs(dqkv.c, rows * 3 * d), 1e-30));
+        if (!tc) {
+            expect_bitwise(ctx, "y (the fp32 kernels')", y.g, y32, rows * d);
+            expect_bitwise(ctx, "lse (the fp32 kernels')", lse.g, l32, n * h * t);
+            expect_bitwise(ctx, "dqkv (the fp32 kernels')", dqkv.g, d32, rows * 3 * d);
+        } else if (memcmp(y.g, y32, sizeof(float) * (size_t)(rows * d)) == 0 ||
+                   memcmp(dqkv.g, d32, sizeof(float) * (size_t)(rows * 3 * d)) == 0) {
+            fail_msg("%s: bitwise the fp32 kernels' results: the 16-bit kernels did not run", ctx);
+        }
+        if (pass == 1) {
+            memcpy(ygl, y.g, sizeof(float) * (size_t)(rows * d));
+            memcpy(dgl, dqkv.g, sizeof(float) * (size_t)(rows * 3 * d));
+        } else if (pass == 2 && memcmp(y.g, ygl, sizeof(float) * (size_t)(rows * d)) == 0 &&
+                   memcmp(dqkv.g, dgl, sizeof(float) * (size_t)(rows * 3 * d)) == 0) {
+            fail_msg("%s: bitwise galley's tensor-core results: cuDNN's fused attention did not run", ctx);
         }
     }
-    b->cpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c);
-    b->cpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c, dy.c, dqkv.c, work.c);
-    printf("    %s: worst |gpu - cpu| / max |cpu|: y %.2e, lse %.2e, dqkv %.2e (tolerance %g)%s\n", ctx,
-           worst_rel(y.g, y.c, rows * d), worst_rel(lse.g, lse.c, n * h * t), worst_rel(dqkv.g, dqkv.c, rows * 3 * d),
-           rtol, tc ? "" : ", the fp32 kernels");
-    expect_close(ctx, "y", y.g, y.c, rows * d, rtol, fmax(max_abs(y.c, rows * d), 1e-30));
-    expect_close(ctx, "lse", lse.g, lse.c, n * h * t, rtol, fmax(max_abs(lse.c, n * h * t), 1e-30));
-    expect_close(ctx, "dqkv", dqkv.g, dqkv.c, rows * 3 * d, rtol, fmax(max_abs(dqkv.c, rows * 3 * d), 1e-30));
-    if (tc) {
-        if (memcmp(y.g, y32, sizeof(float) * (size_t)(rows * d)) == 0 ||
-            memcmp(dqkv.g, d32, sizeof(float) * (size_t)(rows * 3 * d)) == 0)
-            fail_msg("%s: bitwise the fp32 kernels' results: the tensor-core kernels did not run", ctx);
-    } else {
-        expect_bitwise(ctx, "y (the fp32 kernels')", y.g, y32, rows * d);
-        expect_bitwise(ctx, "lse (the fp32 kernels')", lse.g, l32, n * h * t);
-        expect_bitwise(ctx, "dqkv (the fp32 kernels')", dqkv.g, d32, rows * 3 * d);
-    }
-    free(y32), free(l32), free(d32);
+    attention_kernel_set(NULL);
+    free(y32), free(l32), free(d32), free(ygl), free(dgl);
     twin_free(b, &qkv), twin_free(b, &dy), twin_free(b, &y), twin_free(b, &lse), twin_free(b, &dqkv),
         twin_free(b, &work);
 }

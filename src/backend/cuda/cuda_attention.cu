@@ -201,16 +201,40 @@ static at_args at_make(int64_t t, int64_t h, int64_t e, float scale, int causal,
     return a;
 }
 
-// qkv[N, T, 3, H, E] -> y[N, T, H, E], lse[N, H, T] (backend.h)
+// galley's forward: the tensor-core kernels where they apply, else the fp32 ones.
+static void at_forward(const sdpa_call *c) {
+    if (cuda_attention_tc_forward(c->n, c->t, c->h, c->e, c->scale, c->causal, c->rate, c->qkv, c->y, c->lse)) return;
+    const at_args a = at_make(c->t, c->h, c->e, c->scale, c->causal, c->rate, c->seed, c->step, c->base);
+    const size_t smem = sizeof(float) * (size_t)(2 * a.tile * c->e);
+    at_forward_k<<<at_grid(c->n, c->t, c->h), AT_ROWS, smem, cuda_ctx_get()->stream>>>(a, c->qkv, c->y, c->lse);
+    CU_LAUNCHED();
+}
+
+// galley's backward: D = rowsum(dy * y) into work, then the tensor-core kernels or the fp32 ones.
+static void at_backward(const sdpa_call *c) {
+    cudaStream_t st = cuda_ctx_get()->stream;
+    const int64_t n = c->n, t = c->t, h = c->h, e = c->e;
+    at_rowdot_k<<<cuda_grid(n * h * t, GL_BLOCK), GL_BLOCK, 0, st>>>(n, t, h, e, c->y, c->dy, c->work);
+    CU_LAUNCHED();
+    if (cuda_attention_tc_backward(n, t, h, e, c->scale, c->causal, c->rate, c->qkv, c->lse, c->dy, c->work, c->dqkv))
+        return;
+    const at_args a = at_make(t, h, e, c->scale, c->causal, c->rate, c->seed, c->step, c->base);
+    const dim3 grid = at_grid(n, t, h);
+    at_dq_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e), st>>>(a, c->qkv, c->dy, c->lse, c->work,
+                                                                              c->dqkv);
+    CU_LAUNCHED();
+    at_dkv_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e + 2 * a.tile), st>>>(a, c->qkv, c->dy, c->lse,
+                                                                                           c->work, c->dqkv);
+    CU_LAUNCHED();
+}
+
+// qkv[N, T, 3, H, E] -> y[N, T, H, E], lse[N, H, T] (backend.h): cuDNN's fused attention or
+// galley's kernels, as cuda_sdpa.cu chooses.
 void cuda_attention_forward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
                             uint64_t seed, uint64_t step, uint64_t base, const float *qkv, float *y, float *lse) {
     if (n <= 0 || t <= 0) return;
-    if (cuda_attention_tc_forward(n, t, h, e, scale, causal, rate, qkv, y, lse)) return;
-    const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
-    const dim3 grid = at_grid(n, t, h);
-    const size_t smem = sizeof(float) * (size_t)(2 * a.tile * e);
-    at_forward_k<<<grid, AT_ROWS, smem, cuda_ctx_get()->stream>>>(a, qkv, y, lse);
-    CU_LAUNCHED();
+    const sdpa_call c = {n, t, h, e, scale, rate, causal, seed, step, base, qkv, NULL, y, lse, NULL, NULL};
+    if (!cuda_sdpa_run(0, &c, at_forward)) at_forward(&c);
 }
 
 // dqkv[N, T, 3, H, E] (overwritten) from dy[N, T, H, E]; work [N, H, T] holds D (backend.h)
@@ -218,15 +242,7 @@ void cuda_attention_backward(int64_t n, int64_t t, int64_t h, int64_t e, float s
                              uint64_t seed, uint64_t step, uint64_t base, const float *qkv, const float *y,
                              const float *lse, const float *dy, float *dqkv, float *work) {
     if (n <= 0 || t <= 0) return;
-    cudaStream_t st = cuda_ctx_get()->stream;
-    const at_args a = at_make(t, h, e, scale, causal, rate, seed, step, base);
-    at_rowdot_k<<<cuda_grid(n * h * t, GL_BLOCK), GL_BLOCK, 0, st>>>(n, t, h, e, y, dy, work);
-    CU_LAUNCHED();
-    if (cuda_attention_tc_backward(n, t, h, e, scale, causal, rate, qkv, lse, dy, work, dqkv)) return;
-    const dim3 grid = at_grid(n, t, h);
-    at_dq_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e), st>>>(a, qkv, dy, lse, work, dqkv);
-    CU_LAUNCHED();
-    at_dkv_k<<<grid, AT_ROWS, sizeof(float) * (size_t)(2 * a.tile * e + 2 * a.tile), st>>>(a, qkv, dy, lse, work,
-                                                                                           dqkv);
-    CU_LAUNCHED();
+    const sdpa_call c = {n, t, h, e, scale, rate, causal, seed, step, base, qkv, dy, (float *)y, (float *)lse,
+                         dqkv, work};
+    if (!cuda_sdpa_run(1, &c, at_backward)) at_backward(&c);
 }

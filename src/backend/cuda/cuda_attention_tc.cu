@@ -19,8 +19,8 @@
 // Inputs and outputs stay fp32 in memory (the layer's contract); tiles are rounded to 16 bits
 // as they are loaded into shared memory. Taken when: precision bf16 or fp16, no attention
 // dropout (its draws are the fp32 kernels'), a head width of 32, 48, 64, 96 or 128, and 16-byte
-// aligned buffers. GALLEY_ATTENTION_KERNEL=fp32 turns it off (to compare the two); another value
-// ends the run with exit 2.
+// aligned buffers, where cuDNN's fused attention does not run it instead (cuda_sdpa.cu chooses).
+// GALLEY_ATTENTION_KERNEL=fp32 turns it off (to compare the two).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -295,11 +295,7 @@ static int tc_choice(int64_t e, float rate, const void *const *ptrs, int nptr) {
     if (e != 32 && e != 48 && e != 64 && e != 96 && e != 128) return -1;
     for (int k = 0; k < nptr; k++)
         if ((uintptr_t)ptrs[k] % 16 != 0) return -1;
-    const char *env = getenv("GALLEY_ATTENTION_KERNEL");
-    if (env && *env && strcmp(env, "fp32") != 0)
-        gl_die(GL_EXIT_USAGE, "unset it to let train.precision choose",
-               "GALLEY_ATTENTION_KERNEL=%s: the only value is fp32", env);
-    if (env && *env) return -1;
+    if (cuda_attention_mode() == ATTN_FP32) return -1;
     return p == PRECISION_BF16 ? 1 : 0;
 }
 

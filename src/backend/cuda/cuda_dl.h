@@ -24,7 +24,9 @@
     X(cudnnFindConvolutionBackwardFilterAlgorithmEx) X(cudnnGetConvolutionForwardWorkspaceSize)  \
     X(cudnnGetConvolutionBackwardDataWorkspaceSize) X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
     X(cudnnConvolutionForward) X(cudnnConvolutionBackwardData) X(cudnnConvolutionBackwardFilter) \
-    X(cudnnConvolutionBackwardBias) X(cudnnAddTensor)
+    X(cudnnConvolutionBackwardBias) X(cudnnAddTensor)                                             \
+    X(cudnnGetLastErrorString) X(cudnnBackendCreateDescriptor) X(cudnnBackendDestroyDescriptor)  \
+    X(cudnnBackendSetAttribute) X(cudnnBackendGetAttribute) X(cudnnBackendFinalize) X(cudnnBackendExecute)
 
 #define GL_CUBLAS_FUNCS(X)                                                                     \
     X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasGetVersion_v2)         \
@@ -90,6 +92,13 @@ int cuda_dl_load(char *msg, size_t len);
 #define cudnnConvolutionBackwardFilter GL_DL_REDIRECT(cudnnConvolutionBackwardFilter)
 #define cudnnConvolutionBackwardBias GL_DL_REDIRECT(cudnnConvolutionBackwardBias)
 #define cudnnAddTensor GL_DL_REDIRECT(cudnnAddTensor)
+#define cudnnGetLastErrorString GL_DL_REDIRECT(cudnnGetLastErrorString)
+#define cudnnBackendCreateDescriptor GL_DL_REDIRECT(cudnnBackendCreateDescriptor)
+#define cudnnBackendDestroyDescriptor GL_DL_REDIRECT(cudnnBackendDestroyDescriptor)
+#define cudnnBackendSetAttribute GL_DL_REDIRECT(cudnnBackendSetAttribute)
+#define cudnnBackendGetAttribute GL_DL_REDIRECT(cudnnBackendGetAttribute)
+#define cudnnBackendFinalize GL_DL_REDIRECT(cudnnBackendFinalize)
+#define cudnnBackendExecute GL_DL_REDIRECT(cudnnBackendExecute)
 #define cublasCreate_v2 GL_DL_REDIRECT(cublasCreate_v2)
 #define cublasDestroy_v2 GL_DL_REDIRECT(cublasDestroy_v2)
 #define cublasSetStream_v2 GL_DL_REDIRECT(cublasSetStream_v2)

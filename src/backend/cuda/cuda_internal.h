@@ -63,6 +63,25 @@ int cuda_attention_tc_forward(int64_t n, int64_t t, int64_t h, int64_t e, float 
 int cuda_attention_tc_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
                                const float *qkv, const float *lse, const float *dy, const float *d, float *dqkv);
 
+// cuda_sdpa.cu: which attention kernels run (GALLEY_ATTENTION_KERNEL: auto, cudnn, galley,
+// fp32; any other value ends the run with exit 2), and cuDNN's fused attention.
+enum { ATTN_AUTO, ATTN_CUDNN, ATTN_GALLEY, ATTN_FP32 };
+int cuda_attention_mode(void);
+// One attention call (backend.h's arguments): forward writes y and lse from qkv; backward reads
+// qkv, y, lse and dy and writes dqkv (galley's kernels also use work).
+typedef struct {
+    int64_t n, t, h, e;
+    float scale, rate;
+    int causal;
+    uint64_t seed, step, base;
+    const float *qkv, *dy;
+    float *y, *lse, *dqkv, *work;
+} sdpa_call;
+// Runs the call through cuDNN where GALLEY_ATTENTION_KERNEL and the measured choice say so
+// (cuda_sdpa.cu's header); galley runs galley's kernels for the measurement. 1: the outputs are
+// written; 0: the caller runs galley's kernels.
+int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_call *));
+
 // At least `bytes` of device workspace, valid until the next call (grows, never shrinks).
 void *cuda_workspace(size_t bytes);
 // Bytes the workspace holds now (released first when it grows).

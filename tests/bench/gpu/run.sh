@@ -212,6 +212,9 @@ run_galley() { # MODEL BOX
     ((RC == 137)) && note="killed at its $box s box: rate from the steps it printed"
     record "$m" galley "$b" "$box" "$log" "$note"
     grep -E '^(done:|galley: .*(error|fail)|.*error:)' "$log" | tail -3 | sed 's/^/     /'
+    # Attention: galley measures cuDNN's fused kernels against its own at each geometry's first
+    # pass (GALLEY_ATTENTION_KERNEL unset) and says both times and its choice; or why cuDNN declined.
+    grep -E '^galley: (attention (forward|backward)|cuDNN fused attention)' "$log" | sed 's/^/     /'
     ((RC == 137)) && echo "     killed at its $box s box (the rate comes from the steps it printed)"
     # Out of GPU memory at the U-Net's batch 64: every column of that model at 16 instead.
     local fb=${BENCH_UNET_FALLBACK:-16}

@@ -1,0 +1,260 @@
+// cuda_sdpa.cu: attention in bf16 or fp16 through cuDNN's fused kernels (graphs and plans in
+// cuda_sdpa_graph.cu), and the choice between them and galley's own (cuda_attention_tc.cu).
+//
+// GALLEY_ATTENTION_KERNEL picks (read at every call, so a test can switch):
+//   auto (or unset) - per geometry, the faster of cuDNN's and galley's kernels, measured: the first
+//                     pass of a (batch, tokens, heads, width, precision) runs each path twice and
+//                     times the second run (CUDA events), forward and backward apart, and one line
+//                     on stderr says what each took and which runs from then on;
+//   cudnn           - cuDNN wherever it applies; a plan cuDNN cannot build for such a geometry
+//                     ends the run (exit 1) with cuDNN's reason;
+//   galley          - galley's tensor-core kernels (the fp32 ones where those do not apply);
+//   fp32            - galley's fp32 kernels in every precision.
+// cuDNN applies in bf16 and fp16 without attention dropout, without the causal mask, for head
+// widths that are multiples of 8 (its engines take up to 256, its heuristics say the rest) and
+// 16-byte aligned tensors;
+// elsewhere galley's kernels run whatever the setting. In auto mode a geometry cuDNN declines is
+// said once and runs galley's kernels.
+//
+// cuDNN reads and writes 16-bit tensors; galley's are fp32 (backend.h's contract), so each call
+// rounds its inputs into the workspace first (qkv; backward also y and dy) and widens the outputs
+// after (y; dqkv). lse is fp32 on both sides and cuDNN writes it in place (its stats: the rows'
+// log-sum-exp of the scaled scores, galley's lse). cuDNN's backward accumulates dQ with atomics:
+// unlike galley's kernels it does not repeat bit for bit.
+//
+// The plans live in a cache beside the convolutions' (part of the backend's one context): built
+// at a geometry's first eager pass, never while a pass is being recorded (cuda_graph.cu), which a
+// new geometry breaks (the pass then runs eagerly, builds and measures, and the next recording
+// takes the choice).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/cuda_sdpa.h"
+#include "galley/check.h"
+
+typedef struct {
+    sdpa_geom g;
+    int backward;
+    int state;   // 0: no plan yet; 1: plan built; -1: cuDNN declined (said once in auto mode)
+    int choice;  // -1: not measured; 0: galley's kernels; 1: cuDNN's
+    sdpa_plan p;
+} sd_entry;
+
+#define SDPA_CACHE 32
+
+static struct {
+    sd_entry e[SDPA_CACHE];
+    int used, evict;
+} sd_cache;
+
+int cuda_attention_mode(void) {
+    const char *v = getenv("GALLEY_ATTENTION_KERNEL");
+    if (!v || !*v || strcmp(v, "auto") == 0) return ATTN_AUTO;
+    if (strcmp(v, "cudnn") == 0) return ATTN_CUDNN;
+    if (strcmp(v, "galley") == 0) return ATTN_GALLEY;
+    if (strcmp(v, "fp32") == 0) return ATTN_FP32;
+    gl_die(GL_EXIT_USAGE, "unset it to let galley measure and choose",
+           "GALLEY_ATTENTION_KERNEL=%s: the values are auto, cudnn, galley and fp32", v);
+}
+
+// ---- rounding to and from 16 bits (a thread per 4 floats; counts are multiples of 8) --------
+
+template <typename T> __device__ inline T sd_round(float x);
+template <> __device__ inline __half sd_round<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 sd_round<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+template <typename T>
+__global__ static void sd_narrow_k(int64_t n4, const float4 *x, T *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        T *o = y + 4 * i;
+        o[0] = sd_round<T>(v.x), o[1] = sd_round<T>(v.y), o[2] = sd_round<T>(v.z), o[3] = sd_round<T>(v.w);
+    }
+}
+
+template <typename T>
+__global__ static void sd_widen_k(int64_t n4, const T *x, float4 *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const T *v = x + 4 * i;
+        y[i] = make_float4((float)v[0], (float)v[1], (float)v[2], (float)v[3]);
+    }
+}
+
+// y[count] (16-bit, bf16 or half) = x rounded; count a multiple of 4, x 16-byte aligned.
+static void sd_narrow(int bf16, int64_t count, const float *x, void *y) {
+    cudaStream_t st = cuda_ctx_get()->stream;
+    const int64_t n4 = count / 4;
+    if (bf16) sd_narrow_k<__nv_bfloat16><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const float4 *)x,
+                                                                                         (__nv_bfloat16 *)y);
+    else sd_narrow_k<__half><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const float4 *)x, (__half *)y);
+    CU_LAUNCHED();
+}
+
+static void sd_widen(int bf16, int64_t count, const void *x, float *y) {
+    cudaStream_t st = cuda_ctx_get()->stream;
+    const int64_t n4 = count / 4;
+    if (bf16) sd_widen_k<__nv_bfloat16><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const __nv_bfloat16 *)x,
+                                                                                        (float4 *)y);
+    else sd_widen_k<__half><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const __half *)x, (float4 *)y);
+    CU_LAUNCHED();
+}
+
+// ---- plans -------------------------------------------------------------------------------------
+
+static sd_entry *sd_find(const sdpa_geom *g, int backward) {
+    for (int i = 0; i < sd_cache.used; i++) {
+        sd_entry *e = &sd_cache.e[i];
+        if (e->backward == backward && e->g.n == g->n && e->g.t == g->t && e->g.h == g->h && e->g.e == g->e &&
+            e->g.bf16 == g->bf16 && e->g.scale == g->scale)
+            return e;
+    }
+    return NULL;
+}
+
+// The entry of (g, backward), made (without a plan) when new; the oldest goes when all are used.
+static sd_entry *sd_entry_get(const sdpa_geom *g, int backward) {
+    sd_entry *e = sd_find(g, backward);
+    if (e) return e;
+    if (sd_cache.used < SDPA_CACHE) e = &sd_cache.e[sd_cache.used++];
+    else {
+        e = &sd_cache.e[sd_cache.evict];
+        sd_cache.evict = (sd_cache.evict + 1) % SDPA_CACHE;
+        if (e->state == 1) sdpa_plan_free(&e->p);
+    }
+    memset(e, 0, sizeof *e);
+    e->g = *g, e->backward = backward, e->choice = -1;
+    return e;
+}
+
+// Builds e's plan once; 1 when it has one. Declining: said once (auto), or the end of the run (cudnn).
+static int sd_ready(sd_entry *e, int mode) {
+    if (e->state) return e->state == 1;
+    char msg[1024];
+    if (sdpa_plan_build(&e->g, e->backward, cuda_ctx_get()->cudnn, NULL, &e->p, msg, sizeof msg) == 0) {
+        e->state = 1;
+        return 1;
+    }
+    e->state = -1, e->choice = 0;
+    if (mode == ATTN_CUDNN)
+        gl_die(GL_EXIT_RUNTIME, "unset GALLEY_ATTENTION_KERNEL (or set it to galley) to run galley's kernels here",
+               "GALLEY_ATTENTION_KERNEL=cudnn: %s", msg);
+    fprintf(stderr, "galley: %s; galley's attention kernels run it\n", msg);
+    return 0;
+}
+
+// ---- running a plan ------------------------------------------------------------------------------
+
+static size_t sd_up(size_t b) { return (b + 255) & ~(size_t)255; }
+
+// cuDNN's plan on the stream: the uids and pointers of its tensors, the workspace after them.
+static void sd_execute(const sd_entry *e, int count, const int64_t *uids, void *const *ptrs, void *work) {
+    cudnnBackendDescriptor_t vp = NULL;
+    CUDNN_CHECK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, uids));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, ptrs));
+    CUDNN_CHECK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work));
+    CUDNN_CHECK(cudnnBackendFinalize(vp));
+    CUDNN_CHECK(cudnnBackendExecute(cuda_ctx_get()->cudnn, e->p.plan, vp));
+    cudnnBackendDestroyDescriptor(vp);
+}
+
+// qkv -> y, lse through e's forward plan.
+static void sd_forward(const sd_entry *e, const sdpa_call *c) {
+    const sdpa_geom *g = &e->g;
+    const int64_t he = g->h * g->e, nqkv = g->n * g->t * 3 * he, no = g->n * g->t * he;
+    const size_t b16 = 2, oq = 0, oo = oq + sd_up(nqkv * b16), ow = oo + sd_up(no * b16);
+    char *ws = (char *)cuda_workspace(ow + (size_t)e->p.workspace);
+    char *q = ws + oq, *o = ws + oo;
+    sd_narrow(g->bf16, nqkv, c->qkv, q);
+    float scale = g->scale;
+    void *const ptrs[SDPA_FWD_UIDS] = {q, q + he * b16, q + 2 * he * b16, o, c->lse, &scale};  // sdpa_fwd_uids
+    sd_execute(e, SDPA_FWD_UIDS, sdpa_fwd_uids, ptrs, ws + ow);
+    sd_widen(g->bf16, no, o, c->y);
+}
+
+// qkv, y, lse, dy -> dqkv through e's backward plan.
+static void sd_backward(const sd_entry *e, const sdpa_call *c) {
+    const sdpa_geom *g = &e->g;
+    const int64_t he = g->h * g->e, nqkv = g->n * g->t * 3 * he, no = g->n * g->t * he, rows = g->n * g->h * g->t;
+    const size_t b16 = 2, oq = 0, oo = oq + sd_up(nqkv * b16), od = oo + sd_up(no * b16),
+                 odq = od + sd_up(no * b16), os = odq + sd_up(nqkv * b16), oa = os + sd_up(rows * sizeof(float)),
+                 ow = oa + sd_up(rows * g->e * sizeof(float));
+    char *ws = (char *)cuda_workspace(ow + (size_t)e->p.workspace);
+    char *q = ws + oq, *o = ws + oo, *dout = ws + od, *dq = ws + odq;
+    sd_narrow(g->bf16, nqkv, c->qkv, q);
+    sd_narrow(g->bf16, no, c->y, o);
+    sd_narrow(g->bf16, no, c->dy, dout);
+    CU_CHECK(cudaMemsetAsync(ws + oa, 0, rows * g->e * sizeof(float), cuda_ctx_get()->stream));  // dQ_acc
+    float scale = g->scale, one = 1.0f;
+    void *const ptrs[SDPA_BWD_UIDS] = {q,  q + he * b16,  q + 2 * he * b16,  o,       c->lse,  &scale, dout,
+                                       dq, dq + he * b16, dq + 2 * he * b16, ws + os, ws + oa, &one};  // sdpa_bwd_uids
+    sd_execute(e, SDPA_BWD_UIDS, sdpa_bwd_uids, ptrs, ws + ow);
+    sd_widen(g->bf16, nqkv, dq, c->dqkv);
+}
+
+static void sd_run(const sd_entry *e, const sdpa_call *c) {
+    if (e->backward) sd_backward(e, c);
+    else sd_forward(e, c);
+}
+
+// Milliseconds of one run of f (after one untimed run: first launches load modules).
+template <typename F>
+static float sd_time(F f) {
+    cudaStream_t st = cuda_ctx_get()->stream;
+    cudaEvent_t a, b;
+    CU_CHECK(cudaEventCreate(&a));
+    CU_CHECK(cudaEventCreate(&b));
+    f();
+    CU_CHECK(cudaEventRecord(a, st));
+    f();
+    CU_CHECK(cudaEventRecord(b, st));
+    CU_CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CU_CHECK(cudaEventElapsedTime(&ms, a, b));
+    CU_CHECK(cudaEventDestroy(a));
+    CU_CHECK(cudaEventDestroy(b));
+    return ms;
+}
+
+int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_call *)) {
+    const int mode = cuda_attention_mode();
+    cuda_ctx *x = cuda_ctx_get();
+    if (mode == ATTN_GALLEY || mode == ATTN_FP32 || c->causal || c->rate > 0.0f) return 0;
+    if (x->precision != PRECISION_BF16 && x->precision != PRECISION_FP16) return 0;
+    const sdpa_geom g = {c->n, c->t, c->h, c->e, x->precision == PRECISION_BF16, c->scale};
+    if (*sdpa_geom_unfit(&g) || c->n <= 0 || c->t <= 0) return 0;
+    const void *const ptrs[] = {c->qkv, c->dy, c->y, c->dqkv};  // rounded and widened by float4
+    for (int k = 0; k < 4; k++)
+        if ((uintptr_t)ptrs[k] % 16 != 0) return 0;
+    sd_entry *e = sd_entry_get(&g, backward);
+    const bool settled = e->state == -1 || (e->state == 1 && (mode == ATTN_CUDNN || e->choice >= 0));
+    if (x->capturing && !settled) {  // plans and measurements run eagerly (this recording is dropped)
+        cuda_capture_break("attention: a geometry cuDNN's plans have not seen yet");
+        return 0;
+    }
+    if (!sd_ready(e, mode)) return 0;
+    if (mode == ATTN_CUDNN) {
+        sd_run(e, c);
+        return 1;
+    }
+    if (e->choice < 0) {
+        const float ms_galley = sd_time([&] { galley(c); }), ms_cudnn = sd_time([&] { sd_run(e, c); });
+        e->choice = ms_cudnn < ms_galley;
+        fprintf(stderr,
+                "galley: attention %s, batch %lld, %lld tokens, %lld heads of %lld, %s: cuDNN (engine %lld) %.3f "
+                "ms, galley's kernels %.3f ms: %s from now on (GALLEY_ATTENTION_KERNEL=cudnn or galley fixes it)\n",
+                backward ? "backward" : "forward", (long long)g.n, (long long)g.t, (long long)g.h, (long long)g.e,
+                g.bf16 ? "bf16" : "fp16", (long long)e->p.engine, ms_cudnn, ms_galley,
+                e->choice ? "cuDNN" : "galley's kernels");
+        if (e->choice) return 1;  // cuDNN ran last: its outputs are in place
+        galley(c);                // galley's: run again, so the outputs are the chosen path's
+        return 1;
+    }
+    if (!e->choice) return 0;
+    sd_run(e, c);
+    return 1;
+}
