@@ -23,6 +23,28 @@ void cuda_no_gpu_reason(char *buf, size_t len);
 // CUDA driver, loading fails), 5 both built. engines: the engines chosen (forward, backward).
 int cuda_sdpa_check(const char *devprop_json, int64_t n, int64_t t, int64_t h, int64_t e, int bf16, int *stage,
                     int64_t engines[2], char *msg, size_t len);
+
+// Which attention kernels run (cuda_sdpa.cu), as a pure function of what is known about one call,
+// so that tests/unit/test_cuda_sdpa_plan checks the policy without a GPU.
+enum { ATTN_AUTO, ATTN_CUDNN, ATTN_GALLEY, ATTN_FP32 };  // GALLEY_ATTENTION_KERNEL's values
+enum {
+    SDPA_GALLEY,   // galley's kernels (tensor-core, else fp32)
+    SDPA_CUDNN,    // cuDNN's plan
+    SDPA_BUILD,    // build cuDNN's plan first, then decide again
+    SDPA_MEASURE,  // time both, keep the faster
+    SDPA_BREAK     // a pass being recorded meets what must run eagerly: drop the recording
+};
+typedef struct {
+    int mode;       // ATTN_*
+    int half;       // train.precision is bf16 or fp16
+    int causal;     // the causal mask
+    float rate;     // attention dropout
+    int fits;       // a head width cuDNN may take and 16-byte aligned tensors
+    int state;      // the geometry's plan: 0 not built, 1 built, -1 cuDNN declined it
+    int choice;     // the measured choice: -1 none yet, 0 galley's kernels, 1 cuDNN's
+    int capturing;  // a pass is being recorded (CUDA graphs)
+} sdpa_facts;
+int sdpa_decide(const sdpa_facts *f);
 #ifdef __cplusplus
 }
 #endif

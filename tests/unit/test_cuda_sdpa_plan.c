@@ -6,7 +6,9 @@
 // sm_80 (A100), and that the engine compiles them. Loading the compiled kernels needs a CUDA
 // driver: with the CUDA toolkit's stub libcuda (tests/CMakeLists.txt puts it on the library path
 // for this test) the plan stops there, with CUDA_DRIVER in cuDNN's reason; with a real driver it
-// finishes. Exits 77 (skipped) when galley is built without CUDA or cuDNN does not load.
+// finishes. The plan tests skip where cuDNN or a libcuda does not load; the policy of which
+// kernels run (sdpa_decide) is checked wherever galley is built with CUDA; exit 77 (skipped)
+// without CUDA.
 #include "testlib.h"
 
 #include <dlfcn.h>
@@ -90,6 +92,82 @@ static void test_sdpa_refusal(void **state) {
 #endif
 }
 
+#if GALLEY_HAVE_CUDA
+static char no_plans[512];  // why cuDNN's plans cannot be built here ("" when they can)
+#endif
+
+static void test_sdpa_plans_or_skip(void **state) {
+#if GALLEY_HAVE_CUDA
+    if (*no_plans) {
+        printf("    skipped: %s\n", no_plans);
+        skip();
+    }
+#endif
+    test_sdpa_plans(state);
+}
+
+static void test_sdpa_refusal_or_skip(void **state) {
+#if GALLEY_HAVE_CUDA
+    if (*no_plans) skip();
+#endif
+    test_sdpa_refusal(state);
+}
+
+// The policy of cuda_sdpa.cu (sdpa_decide): which path one attention call takes.
+static void test_sdpa_decide(void **state) {
+    (void)state;
+#if GALLEY_HAVE_CUDA
+    // a call cuDNN could take, planned and measured in favour of cuDNN
+    const sdpa_facts ok = {ATTN_AUTO, 1, 0, 0.0f, 1, 1, 1, 0};
+    static const struct {
+        const char *what;
+        int field, value, want;  // field: which of sdpa_facts to change (below)
+    } cases[] = {
+        {"auto, measured for cuDNN", -1, 0, SDPA_CUDNN},
+        {"auto, measured for galley", 6, 0, SDPA_GALLEY},
+        {"auto, not measured", 6, -1, SDPA_MEASURE},
+        {"auto, no plan yet", 5, 0, SDPA_BUILD},
+        {"cuDNN declined the geometry", 5, -1, SDPA_GALLEY},
+        {"fp32 precision", 1, 0, SDPA_GALLEY},
+        {"causal mask", 2, 1, SDPA_GALLEY},
+        {"attention dropout", 3, 1, SDPA_GALLEY},
+        {"a width or alignment cuDNN cannot take", 4, 0, SDPA_GALLEY},
+        {"GALLEY_ATTENTION_KERNEL=galley", 0, ATTN_GALLEY, SDPA_GALLEY},
+        {"GALLEY_ATTENTION_KERNEL=fp32", 0, ATTN_FP32, SDPA_GALLEY},
+        {"GALLEY_ATTENTION_KERNEL=cudnn, measured for galley", 100, 0, SDPA_CUDNN},
+        {"GALLEY_ATTENTION_KERNEL=cudnn, no plan yet", 101, 0, SDPA_BUILD},
+        {"recording, settled for cuDNN", 7, 1, SDPA_CUDNN},
+        {"recording, not measured", 102, 0, SDPA_BREAK},
+        {"recording, no plan yet", 103, 0, SDPA_BREAK},
+        {"recording, cuDNN declined", 104, 0, SDPA_GALLEY},
+        {"recording, GALLEY_ATTENTION_KERNEL=cudnn with a plan", 105, 0, SDPA_CUDNN},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        sdpa_facts f = ok;
+        switch (cases[k].field) {
+        case 0: f.mode = cases[k].value; break;
+        case 1: f.half = cases[k].value; break;
+        case 2: f.causal = cases[k].value; break;
+        case 3: f.rate = 0.1f * (float)cases[k].value; break;
+        case 4: f.fits = cases[k].value; break;
+        case 5: f.state = cases[k].value; break;
+        case 6: f.choice = cases[k].value; break;
+        case 7: f.capturing = cases[k].value; break;
+        case 100: f.mode = ATTN_CUDNN, f.choice = 0; break;
+        case 101: f.mode = ATTN_CUDNN, f.state = 0; break;
+        case 102: f.capturing = 1, f.choice = -1; break;
+        case 103: f.capturing = 1, f.state = 0; break;
+        case 104: f.capturing = 1, f.state = -1; break;
+        case 105: f.capturing = 1, f.mode = ATTN_CUDNN, f.choice = -1; break;
+        default: break;
+        }
+        const int got = sdpa_decide(&f);
+        if (got != cases[k].want) fail_msg("%s: sdpa_decide gave %d, want %d", cases[k].what, got, cases[k].want);
+    }
+    printf("    %zu cases of the attention kernels' choice\n", sizeof cases / sizeof cases[0]);
+#endif
+}
+
 int main(int argc, char **argv) {
     (void)argc;
 #if GALLEY_HAVE_CUDA
@@ -107,20 +185,17 @@ int main(int argc, char **argv) {
         printf("test_cuda_sdpa_plan: cannot run again with the stub driver: %s\n", strerror(errno));
         return 1;
     }
-    if (!drv && !(drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
-        // cuDNN's heuristics drop every engine that compiles kernels when no libcuda loads
-        printf("test_cuda_sdpa_plan: skipped: no libcuda.so.1 (no CUDA driver and no toolkit stub)\n");
-        return 77;
-    }
-    dlclose(drv);
+    // cuDNN's heuristics drop every engine that compiles kernels when no libcuda loads
+    if (!drv && !(drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)))
+        snprintf(no_plans, sizeof no_plans, "no libcuda.so.1 (no CUDA driver and no toolkit stub)");
+    if (drv) dlclose(drv);
     char msg[512];
     int stage = 0;
     int64_t eng[2];
-    if (cuda_sdpa_check(gpus[0].json, 1, 64, 1, 64, 1, &stage, eng, msg, sizeof msg) < 0 && stage < 2) {
-        printf("test_cuda_sdpa_plan: skipped: %s\n", msg);
-        return 77;
-    }
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sdpa_plans), cmocka_unit_test(test_sdpa_refusal)};
+    if (!*no_plans && cuda_sdpa_check(gpus[0].json, 1, 64, 1, 64, 1, &stage, eng, msg, sizeof msg) < 0 && stage < 2)
+        snprintf(no_plans, sizeof no_plans, "%s", msg);
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_sdpa_decide), cmocka_unit_test(test_sdpa_plans_or_skip),
+                                       cmocka_unit_test(test_sdpa_refusal_or_skip)};
     return cmocka_run_group_tests_name("test_cuda_sdpa_plan", tests, NULL, NULL);
 #else
     (void)argv;

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_dl.h"
 #include "galley/backend.h"
 #include "galley/backend_types.h"  // PRECISION_*
+#include "galley/cuda_probe.h"     // ATTN_*, sdpa_decide
 
 typedef struct {
     int device;            // CUDA ordinal
@@ -64,8 +65,8 @@ int cuda_attention_tc_backward(int64_t n, int64_t t, int64_t h, int64_t e, float
                                const float *qkv, const float *lse, const float *dy, const float *d, float *dqkv);
 
 // cuda_sdpa.cu: which attention kernels run (GALLEY_ATTENTION_KERNEL: auto, cudnn, galley,
-// fp32; any other value ends the run with exit 2), and cuDNN's fused attention.
-enum { ATTN_AUTO, ATTN_CUDNN, ATTN_GALLEY, ATTN_FP32 };
+// fp32, as ATTN_* of galley/cuda_probe.h; any other value ends the run with exit 2), and cuDNN's
+// fused attention.
 int cuda_attention_mode(void);
 // One attention call (backend.h's arguments): forward writes y and lse from qkv; backward reads
 // qkv, y, lse and dy and writes dqkv (galley's kernels also use work).

@@ -220,28 +220,47 @@ static float sd_time(F f) {
     return ms;
 }
 
+int sdpa_decide(const sdpa_facts *f) {
+    if (f->mode == ATTN_GALLEY || f->mode == ATTN_FP32 || !f->half || f->causal || f->rate > 0.0f || !f->fits ||
+        f->state < 0)
+        return SDPA_GALLEY;
+    const bool settled = f->state == 1 && (f->mode == ATTN_CUDNN || f->choice >= 0);
+    if (!settled && f->capturing) return SDPA_BREAK;  // plans and timings run eagerly
+    if (f->state == 0) return SDPA_BUILD;
+    if (f->mode == ATTN_CUDNN) return SDPA_CUDNN;
+    if (f->choice < 0) return SDPA_MEASURE;
+    return f->choice ? SDPA_CUDNN : SDPA_GALLEY;
+}
+
 int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_call *)) {
-    const int mode = cuda_attention_mode();
     cuda_ctx *x = cuda_ctx_get();
-    if (mode == ATTN_GALLEY || mode == ATTN_FP32 || c->causal || c->rate > 0.0f) return 0;
-    if (x->precision != PRECISION_BF16 && x->precision != PRECISION_FP16) return 0;
+    const int half = x->precision == PRECISION_BF16 || x->precision == PRECISION_FP16;
     const sdpa_geom g = {c->n, c->t, c->h, c->e, x->precision == PRECISION_BF16, c->scale};
-    if (*sdpa_geom_unfit(&g) || c->n <= 0 || c->t <= 0) return 0;
     const void *const ptrs[] = {c->qkv, c->dy, c->y, c->dqkv};  // rounded and widened by float4
-    for (int k = 0; k < 4; k++)
-        if ((uintptr_t)ptrs[k] % 16 != 0) return 0;
-    sd_entry *e = sd_entry_get(&g, backward);
-    const bool settled = e->state == -1 || (e->state == 1 && (mode == ATTN_CUDNN || e->choice >= 0));
-    if (x->capturing && !settled) {  // plans and measurements run eagerly (this recording is dropped)
+    int fits = !*sdpa_geom_unfit(&g) && c->n > 0 && c->t > 0;
+    for (int k = 0; k < 4; k++) fits &= (uintptr_t)ptrs[k] % 16 == 0;
+    sdpa_facts f = {cuda_attention_mode(), half, c->causal, c->rate, fits, 0, -1, x->capturing};
+    sd_entry *e = NULL;
+    if (sdpa_decide(&f) != SDPA_GALLEY) {  // only then does the geometry get an entry
+        e = sd_entry_get(&g, backward);
+        f.state = e->state, f.choice = e->choice;
+    }
+    switch (sdpa_decide(&f)) {
+    case SDPA_BREAK:
         cuda_capture_break("attention: a geometry cuDNN's plans have not seen yet");
         return 0;
+    case SDPA_BUILD:
+        if (!sd_ready(e, f.mode)) return 0;
+        f.state = 1;
+        break;
+    default:
+        break;
     }
-    if (!sd_ready(e, mode)) return 0;
-    if (mode == ATTN_CUDNN) {
+    switch (sdpa_decide(&f)) {
+    case SDPA_CUDNN:
         sd_run(e, c);
         return 1;
-    }
-    if (e->choice < 0) {
+    case SDPA_MEASURE: {
         const float ms_galley = sd_time([&] { galley(c); }), ms_cudnn = sd_time([&] { sd_run(e, c); });
         e->choice = ms_cudnn < ms_galley;
         fprintf(stderr,
@@ -250,11 +269,10 @@ int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_ca
                 backward ? "backward" : "forward", (long long)g.n, (long long)g.t, (long long)g.h, (long long)g.e,
                 g.bf16 ? "bf16" : "fp16", (long long)e->p.engine, ms_cudnn, ms_galley,
                 e->choice ? "cuDNN" : "galley's kernels");
-        if (e->choice) return 1;  // cuDNN ran last: its outputs are in place
-        galley(c);                // galley's: run again, so the outputs are the chosen path's
+        if (!e->choice) galley(c);  // cuDNN ran last: run galley's again so the outputs are the chosen path's
         return 1;
     }
-    if (!e->choice) return 0;
-    sd_run(e, c);
-    return 1;
+    default:
+        return 0;
+    }
 }
