@@ -26,7 +26,7 @@ int cuda_sdpa_check(const char *devprop_json, int64_t n, int64_t t, int64_t h, i
 
 // Which attention kernels run (cuda_sdpa.cu), as a pure function of what is known about one call,
 // so that tests/unit/test_cuda_sdpa_plan checks the policy without a GPU.
-enum { ATTN_AUTO, ATTN_CUDNN, ATTN_GALLEY, ATTN_FP32 };  // GALLEY_ATTENTION_KERNEL's values
+enum { ATTN_GALLEY, ATTN_CUDNN, ATTN_MEASURE, ATTN_FP32 };  // GALLEY_ATTENTION_KERNEL's values
 enum {
     SDPA_GALLEY,   // galley's kernels (tensor-core, else fp32)
     SDPA_CUDNN,    // cuDNN's plan

@@ -117,22 +117,22 @@ static void test_sdpa_refusal_or_skip(void **state) {
 static void test_sdpa_decide(void **state) {
     (void)state;
 #if GALLEY_HAVE_CUDA
-    // a call cuDNN could take, planned and measured in favour of cuDNN
-    const sdpa_facts ok = {ATTN_AUTO, 1, 0, 0.0f, 1, 1, 1, 0};
+    // a call cuDNN could take, planned and measured in favour of cuDNN (GALLEY_ATTENTION_KERNEL=measure)
+    const sdpa_facts ok = {ATTN_MEASURE, 1, 0, 0.0f, 1, 1, 1, 0};
     static const struct {
         const char *what;
         int field, value, want;  // field: which of sdpa_facts to change (below)
     } cases[] = {
-        {"auto, measured for cuDNN", -1, 0, SDPA_CUDNN},
-        {"auto, measured for galley", 6, 0, SDPA_GALLEY},
-        {"auto, not measured", 6, -1, SDPA_MEASURE},
-        {"auto, no plan yet", 5, 0, SDPA_BUILD},
+        {"measure, measured for cuDNN", -1, 0, SDPA_CUDNN},
+        {"measure, measured for galley", 6, 0, SDPA_GALLEY},
+        {"measure, not measured", 6, -1, SDPA_MEASURE},
+        {"measure, no plan yet", 5, 0, SDPA_BUILD},
         {"cuDNN declined the geometry", 5, -1, SDPA_GALLEY},
         {"fp32 precision", 1, 0, SDPA_GALLEY},
         {"causal mask", 2, 1, SDPA_GALLEY},
         {"attention dropout", 3, 1, SDPA_GALLEY},
         {"a width or alignment cuDNN cannot take", 4, 0, SDPA_GALLEY},
-        {"GALLEY_ATTENTION_KERNEL=galley", 0, ATTN_GALLEY, SDPA_GALLEY},
+        {"GALLEY_ATTENTION_KERNEL=galley (the default)", 0, ATTN_GALLEY, SDPA_GALLEY},
         {"GALLEY_ATTENTION_KERNEL=fp32", 0, ATTN_FP32, SDPA_GALLEY},
         {"GALLEY_ATTENTION_KERNEL=cudnn, measured for galley", 100, 0, SDPA_CUDNN},
         {"GALLEY_ATTENTION_KERNEL=cudnn, no plan yet", 101, 0, SDPA_BUILD},

@@ -52,7 +52,7 @@ static double worst_rel(const float *got, const float *want, int64_t n) {
     return d / fmax(max_abs(want, n), 1e-30);
 }
 
-// The kernels GALLEY_ATTENTION_KERNEL picks (NULL: unset, galley measures and chooses).
+// The kernels GALLEY_ATTENTION_KERNEL picks (NULL: unset, galley's).
 static void attention_kernel_set(const char *k) {
     if (k) setenv("GALLEY_ATTENTION_KERNEL", k, 1);
     else unsetenv("GALLEY_ATTENTION_KERNEL");
@@ -63,7 +63,7 @@ static void attention_kernel_set(const char *k) {
 // bitwise the fp32 kernels' (the case falls back). The fp32 kernels' outputs come from the same
 // GPU with GALLEY_ATTENTION_KERNEL=fp32. Where cuDNN's fused attention applies (tc, no mask, no
 // dropout, a width that is a multiple of 8) it is checked the same way (cudnn), and must differ
-// from galley's kernels somewhere (else it did not run); then the measured choice (unset).
+// from galley's kernels somewhere (else it did not run); then the measured choice (measure).
 static void attention_reduced_case(const backends *b, const char *prec, double rtol, int64_t n, int64_t t, int64_t h,
                                    int64_t e, int causal, float rate, bool tc) {
     char ctx[200];
@@ -78,15 +78,15 @@ static void attention_reduced_case(const backends *b, const char *prec, double r
           *dgl = xmalloc(sizeof(float) * (size_t)(rows * 3 * d));
     b->cpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c);
     b->cpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.c, y.c, lse.c, dy.c, dqkv.c, work.c);
-    static const char *const kernels[] = {"fp32", "galley", "cudnn", NULL};
-    for (int pass = 0; pass < (cudnn ? 4 : 2); pass++) {  // fp32, galley, then cudnn and unset where cuDNN applies
+    static const char *const kernels[] = {"fp32", NULL, "cudnn", "measure"};
+    for (int pass = 0; pass < (cudnn ? 4 : 2); pass++) {  // fp32, galley's (unset), then cudnn and measure where cuDNN applies
         attention_kernel_set(kernels[pass]);
         b->gpu->attention_forward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g);
         b->gpu->attention_backward(n, t, h, e, scale, causal, rate, 5, 2, 0, qkv.g, y.g, lse.g, dy.g, dqkv.g, work.g);
         b->gpu->sync();
         snprintf(ctx, sizeof ctx, "%s attention n=%lld t=%lld h=%lld e=%lld causal=%d dropout=%g, kernels %s", prec,
                  (long long)n, (long long)t, (long long)h, (long long)e, causal, rate,
-                 kernels[pass] ? kernels[pass] : "measured");
+                 kernels[pass] ? kernels[pass] : "galley (unset)");
         if (pass == 0) {
             memcpy(y32, y.g, sizeof(float) * (size_t)(rows * d)), memcpy(l32, lse.g, sizeof(float) * (size_t)(n * h * t));
             memcpy(d32, dqkv.g, sizeof(float) * (size_t)(rows * 3 * d));

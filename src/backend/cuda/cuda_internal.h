@@ -64,7 +64,7 @@ int cuda_attention_tc_forward(int64_t n, int64_t t, int64_t h, int64_t e, float 
 int cuda_attention_tc_backward(int64_t n, int64_t t, int64_t h, int64_t e, float scale, int causal, float rate,
                                const float *qkv, const float *lse, const float *dy, const float *d, float *dqkv);
 
-// cuda_sdpa.cu: which attention kernels run (GALLEY_ATTENTION_KERNEL: auto, cudnn, galley,
+// cuda_sdpa.cu: which attention kernels run (GALLEY_ATTENTION_KERNEL: galley, cudnn, measure,
 // fp32, as ATTN_* of galley/cuda_probe.h; any other value ends the run with exit 2), and cuDNN's
 // fused attention.
 int cuda_attention_mode(void);

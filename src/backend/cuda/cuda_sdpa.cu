@@ -2,18 +2,21 @@
 // cuda_sdpa_graph.cu), and the choice between them and galley's own (cuda_attention_tc.cu).
 //
 // GALLEY_ATTENTION_KERNEL picks (read at every call, so a test can switch):
-//   auto (or unset) - per geometry, the faster of cuDNN's and galley's kernels, measured: the first
-//                     pass of a (batch, tokens, heads, width, precision) runs each path twice and
-//                     times the second run (CUDA events), forward and backward apart, and one line
-//                     on stderr says what each took and which runs from then on;
+//   galley (or unset) - galley's tensor-core kernels (the fp32 ones where those do not apply): the
+//                     default, because they are the path that has run on a GPU (an H200, 2026-12-04)
+//                     and they repeat bit for bit, which bitwise resume relies on;
 //   cudnn           - cuDNN wherever it applies; a plan cuDNN cannot build for such a geometry
 //                     ends the run (exit 1) with cuDNN's reason;
-//   galley          - galley's tensor-core kernels (the fp32 ones where those do not apply);
+//   measure         - per geometry, the faster of the two, measured: the first pass of a (batch,
+//                     tokens, heads, width, precision) runs each path twice and times the second
+//                     run (CUDA events), forward and backward apart, and one line on stderr says
+//                     what each took and which runs from then on (timings vary, so two runs may
+//                     choose differently: for benchmarks and for choosing the default);
 //   fp32            - galley's fp32 kernels in every precision.
 // cuDNN applies in bf16 and fp16 without attention dropout, without the causal mask, for head
 // widths that are multiples of 8 (its engines take up to 256, its heuristics say the rest) and
 // 16-byte aligned tensors;
-// elsewhere galley's kernels run whatever the setting. In auto mode a geometry cuDNN declines is
+// elsewhere galley's kernels run whatever the setting. With measure, a geometry cuDNN declines is
 // said once and runs galley's kernels.
 //
 // cuDNN reads and writes 16-bit tensors; galley's are fp32 (backend.h's contract), so each call
@@ -53,12 +56,12 @@ static struct {
 
 int cuda_attention_mode(void) {
     const char *v = getenv("GALLEY_ATTENTION_KERNEL");
-    if (!v || !*v || strcmp(v, "auto") == 0) return ATTN_AUTO;
+    if (!v || !*v || strcmp(v, "galley") == 0) return ATTN_GALLEY;
     if (strcmp(v, "cudnn") == 0) return ATTN_CUDNN;
-    if (strcmp(v, "galley") == 0) return ATTN_GALLEY;
+    if (strcmp(v, "measure") == 0) return ATTN_MEASURE;
     if (strcmp(v, "fp32") == 0) return ATTN_FP32;
-    gl_die(GL_EXIT_USAGE, "unset it to let galley measure and choose",
-           "GALLEY_ATTENTION_KERNEL=%s: the values are auto, cudnn, galley and fp32", v);
+    gl_die(GL_EXIT_USAGE, "unset it for galley's kernels",
+           "GALLEY_ATTENTION_KERNEL=%s: the values are galley (the default), cudnn, measure and fp32", v);
 }
 
 // ---- rounding to and from 16 bits (a thread per 4 floats; counts are multiples of 8) --------
@@ -123,14 +126,17 @@ static sd_entry *sd_entry_get(const sdpa_geom *g, int backward) {
     else {
         e = &sd_cache.e[sd_cache.evict];
         sd_cache.evict = (sd_cache.evict + 1) % SDPA_CACHE;
-        if (e->state == 1) sdpa_plan_free(&e->p);
+        if (e->state == 1) {
+            sdpa_plan_free(&e->p);
+            cuda_ctx_get()->mem_gen++;  // a recorded pass may have launched its kernels: record again
+        }
     }
     memset(e, 0, sizeof *e);
     e->g = *g, e->backward = backward, e->choice = -1;
     return e;
 }
 
-// Builds e's plan once; 1 when it has one. Declining: said once (auto), or the end of the run (cudnn).
+// Builds e's plan once; 1 when it has one. Declining: said once (measure), or the end of the run (cudnn).
 static int sd_ready(sd_entry *e, int mode) {
     if (e->state) return e->state == 1;
     char msg[1024];
@@ -221,7 +227,7 @@ static float sd_time(F f) {
 }
 
 int sdpa_decide(const sdpa_facts *f) {
-    if (f->mode == ATTN_GALLEY || f->mode == ATTN_FP32 || !f->half || f->causal || f->rate > 0.0f || !f->fits ||
+    if ((f->mode != ATTN_CUDNN && f->mode != ATTN_MEASURE) || !f->half || f->causal || f->rate > 0.0f || !f->fits ||
         f->state < 0)
         return SDPA_GALLEY;
     const bool settled = f->state == 1 && (f->mode == ATTN_CUDNN || f->choice >= 0);
@@ -265,7 +271,7 @@ int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_ca
         e->choice = ms_cudnn < ms_galley;
         fprintf(stderr,
                 "galley: attention %s, batch %lld, %lld tokens, %lld heads of %lld, %s: cuDNN (engine %lld) %.3f "
-                "ms, galley's kernels %.3f ms: %s from now on (GALLEY_ATTENTION_KERNEL=cudnn or galley fixes it)\n",
+                "ms, galley's kernels %.3f ms: %s from now on\n",
                 backward ? "backward" : "forward", (long long)g.n, (long long)g.t, (long long)g.h, (long long)g.e,
                 g.bf16 ? "bf16" : "fp16", (long long)e->p.engine, ms_cudnn, ms_galley,
                 e->choice ? "cuDNN" : "galley's kernels");
