@@ -1,10 +1,12 @@
 // cuda_attention_tc.cu: backend.h's attention on tensor cores, for train.precision bf16 and fp16
 // (cuda_attention.cu calls it first and runs its fp32 kernels where this declines).
 //
-// Why by hand: cuDNN's fused attention needs a graph of a dozen backend descriptors that only
-// its C++ frontend builds, and galley's fp32 kernels (one thread per row, no tensor cores) kept
-// the tutorial ViT (4,050 tokens, head width 48) under 2 samples/s on an H200 on 2026-12-04,
-// where PyTorch's fp32 eager ran 18.4.
+// Why by hand: galley's fp32 kernels (one thread per row, no tensor cores) kept the tutorial ViT
+// (4,050 tokens, head width 48) under 2 samples/s on an H200 on 2026-12-04, where PyTorch's fp32
+// eager ran 18.4, and cuDNN's fused attention, a graph of a dozen backend descriptors, was not
+// built yet. It is now (cuda_sdpa_graph.cu, cuda_sdpa.cu: GALLEY_ATTENTION_KERNEL=cudnn or
+// measure), but has not run on a GPU: this kernel, which has, stays the default until a GPU run
+// measures the two.
 //
 // FlashAttention-2's tiling with WMMA 16x16x16 fragments (16-bit operands, fp32 accumulation):
 //   forward:  a block of 4 warps per (sample, head, 64 queries); each warp owns 16 query rows.
