@@ -238,7 +238,55 @@ static void test_l2_relative(void **state) {
     }
 }
 
+// The NERSC tutorial ViT's attention (batch 16, 4,050 tokens, 8 heads of 48) in bf16 on the GPU:
+// cuDNN's fused attention against galley's tensor-core kernels (two independent implementations:
+// y and dqkv within the bf16 tolerance of each other's largest value; the CPU would take minutes
+// at this size), then GALLEY_ATTENTION_KERNEL=measure, whose line on stderr gives each path's
+// forward and backward time at the shape the benchmark's ViT trains. Only on a GPU.
+static void test_attention_tutorial_shape(void **state) {
+    const backends *b = *state;
+    char msg[256] = "";
+    if (!b->gpu->set_precision || b->gpu->set_precision(PRECISION_BF16, msg, sizeof msg) < 0) {
+        printf("    not run: %s\n", b->gpu->set_precision ? msg : "the fake GPU (the CPU backend)");
+        return;
+    }
+    const int64_t n = 16, t = 4050, h = 8, e = 48, rows = n * t, d = h * e;
+    const float scale = 1.0f / sqrtf((float)e);
+    const size_t bq = sizeof(float) * (size_t)(rows * 3 * d), bo = sizeof(float) * (size_t)(rows * d),
+                 bl = sizeof(float) * (size_t)(n * h * t);
+    float *qkv = b->gpu->mem_alloc(bq), *y = b->gpu->mem_alloc(bo), *dy = b->gpu->mem_alloc(bo),
+          *lse = b->gpu->mem_alloc(bl), *work = b->gpu->mem_alloc(bl), *dqkv = b->gpu->mem_alloc(bq);
+    float *y0 = xmalloc(bo), *d0 = xmalloc(bq);
+    if (!qkv || !y || !dy || !lse || !work || !dqkv) fail_msg("mem_alloc failed");
+    b->gpu->sync();
+    tl_fill_uniform(qkv, rows * 3 * d, -1, 1, 250);
+    tl_fill_uniform(dy, rows * d, -1, 1, 251);
+    static const char *const kernels[] = {NULL, "cudnn", "measure"};
+    for (int pass = 0; pass < 3; pass++) {
+        attention_kernel_set(kernels[pass]);
+        b->gpu->attention_forward(n, t, h, e, scale, 0, 0.0f, 5, 2, 0, qkv, y, lse);
+        b->gpu->attention_backward(n, t, h, e, scale, 0, 0.0f, 5, 2, 0, qkv, y, lse, dy, dqkv, work);
+        b->gpu->sync();
+        if (pass == 0) {
+            memcpy(y0, y, bo), memcpy(d0, dqkv, bq);
+        } else if (pass == 1) {
+            printf("    tutorial shape, bf16: worst |cudnn - galley| / max |galley|: y %.2e, dqkv %.2e\n",
+                   worst_rel(y, y0, rows * d), worst_rel(dqkv, d0, rows * 3 * d));
+            expect_close("tutorial shape, cuDNN against galley's kernels", "y", y, y0, rows * d, 0.05,
+                         fmax(max_abs(y0, rows * d), 1e-30));
+            expect_close("tutorial shape, cuDNN against galley's kernels", "dqkv", dqkv, d0, rows * 3 * d, 0.05,
+                         fmax(max_abs(d0, rows * 3 * d), 1e-30));
+        }
+    }
+    attention_kernel_set(NULL);
+    free(y0), free(d0);
+    b->gpu->mem_free(qkv), b->gpu->mem_free(y), b->gpu->mem_free(dy), b->gpu->mem_free(lse), b->gpu->mem_free(work),
+        b->gpu->mem_free(dqkv);
+    assert_int_equal(b->gpu->set_precision(PRECISION_FP32, msg, sizeof msg), PRECISION_FP32);
+}
+
 CUDA_TWIN_MAIN("test_cuda_transformer", cmocka_unit_test_prestate(test_attention, &be),
                cmocka_unit_test_prestate(test_attention_reduced, &be),
+               cmocka_unit_test_prestate(test_attention_tutorial_shape, &be),
                cmocka_unit_test_prestate(test_patch_rearrange, &be), cmocka_unit_test_prestate(test_row_ops, &be),
                cmocka_unit_test_prestate(test_l2_relative, &be), )
