@@ -25,7 +25,9 @@
 // log-sum-exp of the scaled scores, galley's lse). cuDNN's backward accumulates dQ with atomics:
 // unlike galley's kernels it does not repeat bit for bit.
 //
-// The plans live in a cache beside the convolutions' (part of the backend's one context): built
+// The workspace a call needs (16-bit copies, cuDNN's own) must fit the cap the memory plan counts
+// (GALLEY_CUDNN_WORKSPACE_MB, as for convolutions); a plan over it is declined like one cuDNN
+// cannot build. The plans live in a cache beside the convolutions' (part of the backend's one context): built
 // at a geometry's first eager pass, never while a pass is being recorded (cuda_graph.cu), which a
 // new geometry breaks (the pass then runs eagerly, builds and measures, and the next recording
 // takes the choice).
@@ -136,25 +138,31 @@ static sd_entry *sd_entry_get(const sdpa_geom *g, int backward) {
     return e;
 }
 
-// Builds e's plan once; 1 when it has one. Declining: said once (measure), or the end of the run (cudnn).
-static int sd_ready(sd_entry *e, int mode) {
-    if (e->state) return e->state == 1;
-    char msg[1024];
-    if (sdpa_plan_build(&e->g, e->backward, cuda_ctx_get()->cudnn, NULL, &e->p, msg, sizeof msg) == 0) {
-        e->state = 1;
-        return 1;
-    }
-    e->state = -1, e->choice = 0;
-    if (mode == ATTN_CUDNN)
-        gl_die(GL_EXIT_RUNTIME, "unset GALLEY_ATTENTION_KERNEL (or set it to galley) to run galley's kernels here",
-               "GALLEY_ATTENTION_KERNEL=cudnn: %s", msg);
-    fprintf(stderr, "galley: %s; galley's attention kernels run it\n", msg);
-    return 0;
-}
-
-// ---- running a plan ------------------------------------------------------------------------------
-
 static size_t sd_up(size_t b) { return (b + 255) & ~(size_t)255; }
+
+// Where a call's pieces lie in the workspace (byte offsets): the 16-bit qkv and o (forward), and
+// for the backward also do and dqkv, then the fp32 dsum [N, H, T] and dQ_acc [N, H, T, E];
+// cuDNN's own workspace at w. all: the bytes in total.
+typedef struct {
+    size_t q, o, d, dq, s, a, w, all;
+} sd_layout;
+
+static sd_layout sd_layout_of(const sd_entry *e) {
+    const sdpa_geom *g = &e->g;
+    const size_t he = (size_t)(g->h * g->e), nqkv = (size_t)(g->n * g->t) * 3 * he, no = (size_t)(g->n * g->t) * he,
+                 rows = (size_t)(g->n * g->h * g->t), b16 = 2;
+    sd_layout L;
+    L.q = 0, L.o = L.q + sd_up(nqkv * b16);
+    if (!e->backward) {
+        L.d = L.dq = L.s = L.a = 0;
+        L.w = L.o + sd_up(no * b16);
+    } else {
+        L.d = L.o + sd_up(no * b16), L.dq = L.d + sd_up(no * b16), L.s = L.dq + sd_up(nqkv * b16);
+        L.a = L.s + sd_up(rows * sizeof(float)), L.w = L.a + sd_up(rows * (size_t)g->e * sizeof(float));
+    }
+    L.all = L.w + (size_t)e->p.workspace;
+    return L;
+}
 
 // cuDNN's plan on the stream: the uids and pointers of its tensors, the workspace after them.
 static void sd_execute(const sd_entry *e, int count, const int64_t *uids, void *const *ptrs, void *work) {
@@ -168,17 +176,48 @@ static void sd_execute(const sd_entry *e, int count, const int64_t *uids, void *
     cudnnBackendDestroyDescriptor(vp);
 }
 
+// Builds e's plan once; 1 when it has one. Declining: said once (measure), or the end of the run (cudnn).
+static int sd_ready(sd_entry *e, int mode) {
+    if (e->state) return e->state == 1;
+    char msg[1024];
+    const size_t cap = cuda_ctx_get()->work_limit;
+    if (sdpa_plan_build(&e->g, e->backward, cuda_ctx_get()->cudnn, NULL, &e->p, msg, sizeof msg) == 0) {
+        const size_t need = sd_layout_of(e).all;
+        if (need <= cap) {
+            e->state = 1;
+            return 1;
+        }
+        // The memory plan counts the workspace up to the cap: beyond it the run could fail mid-way.
+        snprintf(msg, sizeof msg,
+                 "cuDNN fused attention (%s, n %lld, t %lld, h %lld, e %lld) needs %.0f MiB of workspace (its 16-bit "
+                 "copies and its own), over the %.0f MiB cap (GALLEY_CUDNN_WORKSPACE_MB)",
+                 e->backward ? "backward" : "forward", (long long)e->g.n, (long long)e->g.t, (long long)e->g.h,
+                 (long long)e->g.e, need / 1048576.0, cap / 1048576.0);
+        sdpa_plan_free(&e->p);
+    }
+    e->state = -1, e->choice = 0;
+    if (mode == ATTN_CUDNN)
+        gl_die(GL_EXIT_RUNTIME,
+               "unset GALLEY_ATTENTION_KERNEL to run galley's kernels here (or raise GALLEY_CUDNN_WORKSPACE_MB where the "
+               "workspace is the reason)",
+               "GALLEY_ATTENTION_KERNEL=cudnn: %s", msg);
+    fprintf(stderr, "galley: %s; galley's attention kernels run it\n", msg);
+    return 0;
+}
+
+// ---- running a plan ------------------------------------------------------------------------------
+
 // qkv -> y, lse through e's forward plan.
 static void sd_forward(const sd_entry *e, const sdpa_call *c) {
     const sdpa_geom *g = &e->g;
     const int64_t he = g->h * g->e, nqkv = g->n * g->t * 3 * he, no = g->n * g->t * he;
-    const size_t b16 = 2, oq = 0, oo = oq + sd_up(nqkv * b16), ow = oo + sd_up(no * b16);
-    char *ws = (char *)cuda_workspace(ow + (size_t)e->p.workspace);
-    char *q = ws + oq, *o = ws + oo;
+    const sd_layout L = sd_layout_of(e);
+    char *ws = (char *)cuda_workspace(L.all), *q = ws + L.q, *o = ws + L.o;
     sd_narrow(g->bf16, nqkv, c->qkv, q);
     float scale = g->scale;
+    const size_t b16 = 2;
     void *const ptrs[SDPA_FWD_UIDS] = {q, q + he * b16, q + 2 * he * b16, o, c->lse, &scale};  // sdpa_fwd_uids
-    sd_execute(e, SDPA_FWD_UIDS, sdpa_fwd_uids, ptrs, ws + ow);
+    sd_execute(e, SDPA_FWD_UIDS, sdpa_fwd_uids, ptrs, ws + L.w);
     sd_widen(g->bf16, no, o, c->y);
 }
 
@@ -186,19 +225,17 @@ static void sd_forward(const sd_entry *e, const sdpa_call *c) {
 static void sd_backward(const sd_entry *e, const sdpa_call *c) {
     const sdpa_geom *g = &e->g;
     const int64_t he = g->h * g->e, nqkv = g->n * g->t * 3 * he, no = g->n * g->t * he, rows = g->n * g->h * g->t;
-    const size_t b16 = 2, oq = 0, oo = oq + sd_up(nqkv * b16), od = oo + sd_up(no * b16),
-                 odq = od + sd_up(no * b16), os = odq + sd_up(nqkv * b16), oa = os + sd_up(rows * sizeof(float)),
-                 ow = oa + sd_up(rows * g->e * sizeof(float));
-    char *ws = (char *)cuda_workspace(ow + (size_t)e->p.workspace);
-    char *q = ws + oq, *o = ws + oo, *dout = ws + od, *dq = ws + odq;
+    const sd_layout L = sd_layout_of(e);
+    char *ws = (char *)cuda_workspace(L.all), *q = ws + L.q, *o = ws + L.o, *dout = ws + L.d, *dq = ws + L.dq;
     sd_narrow(g->bf16, nqkv, c->qkv, q);
     sd_narrow(g->bf16, no, c->y, o);
     sd_narrow(g->bf16, no, c->dy, dout);
-    CU_CHECK(cudaMemsetAsync(ws + oa, 0, rows * g->e * sizeof(float), cuda_ctx_get()->stream));  // dQ_acc
+    CU_CHECK(cudaMemsetAsync(ws + L.a, 0, rows * g->e * sizeof(float), cuda_ctx_get()->stream));  // dQ_acc
     float scale = g->scale, one = 1.0f;
-    void *const ptrs[SDPA_BWD_UIDS] = {q,  q + he * b16,  q + 2 * he * b16,  o,       c->lse,  &scale, dout,
-                                       dq, dq + he * b16, dq + 2 * he * b16, ws + os, ws + oa, &one};  // sdpa_bwd_uids
-    sd_execute(e, SDPA_BWD_UIDS, sdpa_bwd_uids, ptrs, ws + ow);
+    const size_t b16 = 2;
+    void *const ptrs[SDPA_BWD_UIDS] = {q,  q + he * b16,  q + 2 * he * b16,  o,        c->lse,   &scale, dout,
+                                       dq, dq + he * b16, dq + 2 * he * b16, ws + L.s, ws + L.a, &one};  // sdpa_bwd_uids
+    sd_execute(e, SDPA_BWD_UIDS, sdpa_bwd_uids, ptrs, ws + L.w);
     sd_widen(g->bf16, nqkv, dq, c->dqkv);
 }
 
