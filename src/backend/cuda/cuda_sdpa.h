@@ -41,7 +41,8 @@ static const int64_t sdpa_bwd_uids[] = {SDPA_Q,  SDPA_K,  SDPA_V,  SDPA_O,    SD
 #define SDPA_FWD_UIDS (int)(sizeof sdpa_fwd_uids / sizeof sdpa_fwd_uids[0])
 #define SDPA_BWD_UIDS (int)(sizeof sdpa_bwd_uids / sizeof sdpa_bwd_uids[0])
 
-#define SDPA_HELD 80  // descriptors one graph and its plan keep alive
+#define SDPA_HELD 128  // descriptors one graph and its plan keep alive (the backward: 26 tensors, 33 for
+                       // its operations, graph, heuristics, 8 configs, a plan and an engine per config tried: 85)
 
 typedef struct {
     cudnnBackendDescriptor_t held[SDPA_HELD];  // tensors, operations, graph, heuristics, configs, plan
