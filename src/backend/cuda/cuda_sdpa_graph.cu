@@ -8,6 +8,14 @@
 #include "backend/cuda/cuda_sdpa.h"
 #include "galley/cuda_probe.h"
 
+// Plans for a described device (no GPU) came with cuDNN 9.8; older headers (an older NGC base
+// pinned with `./build.sh image --base`) build the rest, and cuda_sdpa_check says why not.
+#if CUDNN_VERSION >= 90800
+#define SG_DEVICEPROP 1
+#else
+#define SG_DEVICEPROP 0
+#endif
+
 // A graph under construction: every descriptor goes into p->held (destroyed with the plan); the
 // first failure is kept and turns every later call into a no-op.
 struct sg {
@@ -16,7 +24,7 @@ struct sg {
     int nops;
     int64_t uid;  // next virtual tensor's unique id
     cudnnStatus_t st;
-    char what[200];
+    char what[512];
 };
 
 static cudnnBackendDescriptor_t sg_make(sg *s, cudnnBackendDescriptorType_t type, const char *what) {
@@ -245,7 +253,11 @@ int sdpa_plan_build(const sdpa_geom *g, int backward, cudnnHandle_t handle, cudn
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     sg_desc(&s, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph, "the heuristics");
     sg_set(&s, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics");
+#if SG_DEVICEPROP
     if (!handle) sg_desc(&s, heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP, devprop, "the heuristics");
+#else
+    (void)devprop;
+#endif
     sg_final(&s, heur, "the heuristics");
     enum { CFGS = 8 };
     cudnnBackendDescriptor_t cfg[CFGS];
@@ -266,7 +278,9 @@ int sdpa_plan_build(const sdpa_geom *g, int backward, cudnnHandle_t handle, cudn
     for (int64_t i = 0; !s.st && i < ncfg && !p->plan; i++) {
         cudnnBackendDescriptor_t plan = sg_make(&s, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "an execution plan");
         if (handle) sg_set(&s, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "a plan");
+#if SG_DEVICEPROP
         else sg_desc(&s, plan, CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP, devprop, "a plan");
+#endif
         sg_desc(&s, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg[i], "a plan");
         cudnnBackendDescriptor_t eng = sg_make(&s, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "an engine");
         int64_t got = 0;
@@ -306,6 +320,7 @@ int sdpa_plan_build(const sdpa_geom *g, int backward, cudnnHandle_t handle, cudn
     return 0;
 }
 
+#if SG_DEVICEPROP
 // 1 when the graph's non-virtual tensors are exactly the variant pack's (cuda_sdpa.h); else 0
 // with the difference in msg.
 static int sdpa_uids_match(const sdpa_plan *p, int backward, char *msg, size_t len) {
@@ -327,12 +342,19 @@ static int sdpa_uids_match(const sdpa_plan *p, int backward, char *msg, size_t l
     }
     return 1;
 }
+#endif
 
 extern "C" int cuda_sdpa_check(const char *devprop_json, int64_t n, int64_t t, int64_t h, int64_t e, int bf16,
                                int *stage, int64_t engines[2], char *msg, size_t len) {
     *stage = 0;
     if (cuda_dl_load(msg, len) < 0) return -1;
     *stage = 1;
+#if !SG_DEVICEPROP
+    (void)devprop_json, (void)n, (void)t, (void)h, (void)e, (void)bf16, (void)engines;
+    snprintf(msg, len, "galley was built with cuDNN %d.%d headers; plans for a described device need 9.8",
+             CUDNN_MAJOR, CUDNN_MINOR);
+    return -1;
+#else
     cudnnBackendDescriptor_t dp = NULL;
     cudnnStatus_t st = cudnnBackendCreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, &dp);
     if (!st)
@@ -369,4 +391,5 @@ extern "C" int cuda_sdpa_check(const char *devprop_json, int64_t n, int64_t t, i
     }
     cudnnBackendDestroyDescriptor(dp);
     return rc;
+#endif
 }
