@@ -39,7 +39,7 @@ typedef struct {
     int half;       // train.precision is bf16 or fp16
     int causal;     // the causal mask
     float rate;     // attention dropout
-    int fits;       // a head width cuDNN may take and 16-byte aligned tensors
+    int fits;       // a head width cuDNN may take
     int state;      // the geometry's plan: 0 not built, 1 built, -1 cuDNN declined it
     int choice;     // the measured choice: -1 none yet, 0 galley's kernels, 1 cuDNN's
     int capturing;  // a pass is being recorded (CUDA graphs)

@@ -13,9 +13,8 @@
 //                     what each took and which runs from then on (timings vary, so two runs may
 //                     choose differently: for benchmarks and for choosing the default);
 //   fp32            - galley's fp32 kernels in every precision.
-// cuDNN applies in bf16 and fp16 without attention dropout, without the causal mask, for head
-// widths that are multiples of 8 (its engines take up to 256, its heuristics say the rest) and
-// 16-byte aligned tensors;
+// cuDNN applies in bf16 and fp16 without attention dropout, without the causal mask, and for
+// head widths that are multiples of 8 (its engines take up to 256, its heuristics say the rest);
 // elsewhere galley's kernels run whatever the setting. With measure, a geometry cuDNN declines is
 // said once and runs galley's kernels.
 //
@@ -31,12 +30,11 @@
 // at a geometry's first eager pass, never while a pass is being recorded (cuda_graph.cu), which a
 // new geometry breaks (the pass then runs eagerly, builds and measures, and the next recording
 // takes the choice).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_half.h"
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/cuda_sdpa.h"
 #include "galley/check.h"
@@ -66,45 +64,16 @@ int cuda_attention_mode(void) {
            "GALLEY_ATTENTION_KERNEL=%s: the values are galley (the default), cudnn, measure and fp32", v);
 }
 
-// ---- rounding to and from 16 bits (a thread per 4 floats; counts are multiples of 8) --------
+// ---- rounding to and from 16 bits (cuda_half.h's kernels, as the convolutions' copies) ----------
 
-template <typename T> __device__ inline T sd_round(float x);
-template <> __device__ inline __half sd_round<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ inline __nv_bfloat16 sd_round<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-template <typename T>
-__global__ static void sd_narrow_k(int64_t n4, const float4 *x, T *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        const float4 v = x[i];
-        T *o = y + 4 * i;
-        o[0] = sd_round<T>(v.x), o[1] = sd_round<T>(v.y), o[2] = sd_round<T>(v.z), o[3] = sd_round<T>(v.w);
-    }
-}
-
-template <typename T>
-__global__ static void sd_widen_k(int64_t n4, const T *x, float4 *y) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        const T *v = x + 4 * i;
-        y[i] = make_float4((float)v[0], (float)v[1], (float)v[2], (float)v[3]);
-    }
-}
-
-// y[count] (16-bit, bf16 or half) = x rounded; count a multiple of 4, x 16-byte aligned.
 static void sd_narrow(int bf16, int64_t count, const float *x, void *y) {
-    cudaStream_t st = cuda_ctx_get()->stream;
-    const int64_t n4 = count / 4;
-    if (bf16) sd_narrow_k<__nv_bfloat16><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const float4 *)x,
-                                                                                         (__nv_bfloat16 *)y);
-    else sd_narrow_k<__half><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const float4 *)x, (__half *)y);
+    to_16bit<<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(count, bf16, x, (uint16_t *)y);
     CU_LAUNCHED();
 }
 
 static void sd_widen(int bf16, int64_t count, const void *x, float *y) {
-    cudaStream_t st = cuda_ctx_get()->stream;
-    const int64_t n4 = count / 4;
-    if (bf16) sd_widen_k<__nv_bfloat16><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const __nv_bfloat16 *)x,
-                                                                                        (float4 *)y);
-    else sd_widen_k<__half><<<cuda_grid(n4, GL_BLOCK), GL_BLOCK, 0, st>>>(n4, (const __half *)x, (float4 *)y);
+    from_16bit<0><<<cuda_grid(count, GL_BLOCK), GL_BLOCK, 0, cuda_ctx_get()->stream>>>(
+        count, 1, 1, bf16, (const uint16_t *)x, y, 0, NULL, 0.0f);
     CU_LAUNCHED();
 }
 
@@ -279,9 +248,7 @@ int cuda_sdpa_run(int backward, const sdpa_call *c, void (*galley)(const sdpa_ca
     cuda_ctx *x = cuda_ctx_get();
     const int half = x->precision == PRECISION_BF16 || x->precision == PRECISION_FP16;
     const sdpa_geom g = {c->n, c->t, c->h, c->e, x->precision == PRECISION_BF16, c->scale};
-    const void *const ptrs[] = {c->qkv, c->dy, c->y, c->dqkv};  // rounded and widened by float4
-    int fits = !*sdpa_geom_unfit(&g) && c->n > 0 && c->t > 0;
-    for (int k = 0; k < 4; k++) fits &= (uintptr_t)ptrs[k] % 16 == 0;
+    const int fits = !*sdpa_geom_unfit(&g) && c->n > 0 && c->t > 0;
     sdpa_facts f = {cuda_attention_mode(), half, c->causal, c->rate, fits, 0, -1, x->capturing};
     sd_entry *e = NULL;
     if (sdpa_decide(&f) != SDPA_GALLEY) {  // only then does the geometry get an entry
