@@ -57,6 +57,10 @@ typedef struct layer_kind {
     // Output element i depends on input element i alone, deterministically (the activations):
     // such layers may sit between the two dense layers of a tensor-parallel MLP pair (tp.h).
     bool elementwise;
+    // Its output is its input's values in the same order, only the shape differs (flatten): the
+    // graph may hand it its input's buffers, value and gradient (layer_t.view), and its forward and
+    // backward then do nothing.
+    bool reshape_only;
     // Optional: what its scratch keeps from forward to backward and how it grows, for the memory
     // plan `galley check` prints (e.g. attention: "linear in T: no T x T matrix").
     const char *scratch_doc;
@@ -154,6 +158,10 @@ struct layer {
     // does: the activation's derivative is the pool's (grad_by), read from the pool's output.
     layer_t *store_pool;
     bool pool_done;
+    // Set by graph_build for a reshape_only kind whose input it alone reads (graph_fuse_views):
+    // its output and output gradient are its input's buffers, so forward and backward do nothing
+    // (the consumers' writes to its output gradient are its input's gradient).
+    bool view;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

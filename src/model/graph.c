@@ -104,6 +104,25 @@ static void graph_fuse_pools(gl_graph *g) {
     }
 }
 
+// Makes each reshape_only layer (flatten) whose input it alone reads a view of that input
+// (layer_t.view): its output and output gradient are the input's buffers, no copy either way.
+// Not on the model input, which has no gradient buffer. An activation after it that runs in
+// place (graph_fuse_acts) then writes the producer's buffer, which nothing else reads, and
+// relu's or leaky_relu's sign keeps an activation before the view correct as well. Measured on a
+// 2-core Xeon (AVX-512, 2 threads): flatten's two copies were the small CNN's memcpy, 4.4% of its
+// samples. Returns the floats per sample saved.
+static int64_t graph_fuse_views(gl_graph *g) {
+    int64_t saved = 0;
+    for (int i = 0; i < g->nlayers; i++) {
+        layer_t *l = &g->layers[i];
+        if (!l->kind->reshape_only || l->nin != 1 || l->in[0] == &g->input) continue;
+        if (graph_read_by_other(g, i, l->in[0])) continue;
+        l->view = true;
+        saved += l->out.size;
+    }
+    return saved;
+}
+
 bool graph_out_written(const gl_graph *g, int i) {
     const layer_t *l = &g->layers[i];
     return !l->store_pool && !(l->act_done && g->layers[i - 1].store_pool);
@@ -201,7 +220,11 @@ int graph_build_tp(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch
         if (be->own_conv_workspace && l->kind->im2col_work) l->work_floats = 0;
         if (l->work_floats > g->work_floats) g->work_floats = l->work_floats;
     }
-    if (r->model.fuse) act -= graph_fuse_acts(g), graph_fuse_act_grads(g), graph_fuse_pools(g);
+    if (r->model.fuse) {
+        act -= graph_fuse_acts(g);
+        graph_fuse_act_grads(g), graph_fuse_pools(g);
+        act -= graph_fuse_views(g);
+    }
     g->grad_floats = graph_plan_grads(g, true);
     g->act_floats = act + g->input.size + g->grad_floats;
     // Plan: params + grads, input, every layer's output, the gradients' pool (all for `batch`
@@ -234,9 +257,11 @@ void graph_bind(gl_graph *g, gl_arena *a) {
     g->work = g->work_floats ? arena_floats(a, g->work_floats) : NULL;
     for (int i = 0; i < g->nlayers; i++) {
         layer_t *l = &g->layers[i];
-        // a fused activation's output is its producer's (graph_fuse_acts)
+        // a fused activation's output is its producer's (graph_fuse_acts), a view's its input's
+        // (graph_fuse_views; the gradient plan gave it its input's gradient too)
         l->out.data = l->act_done || l->act_inplace ? g->layers[i - 1].out.data
-                                                    : arena_floats(a, l->out.size * g->batch);
+                      : l->view                      ? l->in[0]->data
+                                                     : arena_floats(a, l->out.size * g->batch);
         l->out.grad = g->grad_pool + l->grad_off * g->batch;
         l->work = l->work_floats ? g->work : NULL;
         l->work_room = l->work ? g->work_floats : 0;
@@ -383,7 +408,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
         for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
         shape_format(&l->out.shape, shape, sizeof shape);
         // a fused activation's output is its producer's buffer (graph_fuse_acts)
-        if (l->act_done || l->act_inplace) snprintf(mem, sizeof mem, "shared");
+        if (l->act_done || l->act_inplace || l->view) snprintf(mem, sizeof mem, "shared");
         else if (!graph_out_written(g, i)) snprintf(mem, sizeof mem, "pooled");
         else human_bytes((double)l->out.size * sizeof(float), mem, sizeof mem);
         fprintf(out, "%-4d %-20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,

@@ -183,7 +183,8 @@ static void gradcheck_config(const layer_kind *k, const char *layers_under_test,
     tl_model m;
     char *errors = NULL;
     // Every output keeps its own gradient: shared by lifetime, x's would be the model output's
-    // when two or more layers follow it, and the garbage written below would overwrite R.
+    // when two or more layers follow it, and the garbage written below would overwrite R (a
+    // view's is its input's all the same: R is written after the garbage).
     if (tl_model_try_keep(&m, layers, input, CAPACITY, backend_cpu(), true, &errors) != 0) {
         char copy[1024];
         snprintf(copy, sizeof copy, "%s", errors);
@@ -211,11 +212,12 @@ static void gradcheck_config(const layer_kind *k, const char *layers_under_test,
     double l0 = loss_of(&c);
     if (!isfinite(l0) || graph_first_nonfinite(g, BATCH) >= 0)
         fail_msg("%s: non-finite forward (did the spare row beyond n leak into rows [0, n)?)", what);
-    memcpy(out->grad, r, sizeof(float) * (size_t)(BATCH * out->size));
-    // Garbage in every gradient a layer must overwrite or that graph_backward must clear.
+    // Garbage in every gradient a layer must overwrite or that graph_backward must clear, then R
+    // (a view's input gradient is its output's: graph_fuse_views).
     for (int64_t i = 0; i < g->nparams; i++) g->grads[i] = 1e6f;
     for (int i = 0; i < g->nlayers - 1; i++)
         for (int64_t j = 0; j < BATCH * g->layers[i].out.size; j++) g->layers[i].out.grad[j] = -1e6f;
+    memcpy(out->grad, r, sizeof(float) * (size_t)(BATCH * out->size));
     graph_backward(g, BATCH);
 
     int64_t nx = BATCH * x->size;

@@ -429,7 +429,8 @@ static void test_set_gradients_equal_added_ones(void **state)
                    "    - {type: dense, units: 40, name: d2}\n"
                    "    - {type: add, inputs: [d2, t1], name: res}\n"
                    "    - {type: flatten, name: fl}\n"
-                   "    - {type: dense, units: 33, name: head}\n",
+                   "    - {type: dense, units: 33, name: head}\n"
+                   "  fuse: false\n",  // else fl is a view (graph_fuse_views), whose backward does nothing
                (gl_shape){1, {37}});
     const char *const vec[] = {"res", "fl", "head"};
     check_set_equals_add(&m.g, vec, 3);
@@ -450,7 +451,8 @@ static void test_set_gradients_equal_added_ones(void **state)
                        "    - {type: conv, filters: 16, kernel: 3, padding: 1, name: c2}\n"
                        "    - {type: conv, filters: 6, kernel: 3, stride: 2, name: c3}\n"
                        "    - {type: flatten, name: fl}\n"
-                       "    - {type: dense, units: 3, name: head}\n",
+                       "    - {type: dense, units: 3, name: head}\n"
+                       "  fuse: false\n",  // fl copies (no view)
                    (gl_shape){3, {3, 10, 11}});
         const char *const sp[] = {"c2", "c3", "fl", "head"};
         check_set_equals_add(&m.g, sp, 4);
@@ -554,6 +556,68 @@ static void test_activation_fusion_keeps_the_bits(void **state)
     }
     tl_model_free(&mf);
     tl_model_free(&mu);
+}
+
+// A flatten whose input it alone reads is a view of it (graph_fuse_views): the same value and
+// gradient buffers, a view of a view too, one activation buffer less each; a flatten whose input
+// another layer also reads still copies. Forward and backward give the bits of model.fuse:
+// false (every gradient kept, then shared by lifetime as training plans them), at 1 and 2 threads.
+static void test_flatten_is_a_view(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                         "    - {type: max_pool, kernel: 2, name: p1}\n"
+                         "    - {type: flatten, name: fl}\n"
+                         "    - {type: flatten, name: fl3}\n"
+                         "    - {type: dense, units: 300, name: d1}\n"
+                         "    - {type: tanh, name: t}\n"
+                         "    - {type: flatten, inputs: [t], name: fl2}\n"
+                         "    - {type: add, inputs: [fl2, t], name: sum}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    for (int keep = 1; keep >= 0; keep--)
+        for (int nt = 1; nt <= 2; nt++) {
+            omp_set_num_threads(nt);
+            tl_model mf, mu;
+            build_fused_and_not(layers, (gl_shape){3, {2, 8, 8}}, &mf, &mu, keep);
+            gl_graph *f = &mf.g, *u = &mu.g;
+            const layer_t *p1 = &f->layers[tl_layer(f, "p1")], *fl = &f->layers[tl_layer(f, "fl")],
+                          *fl3 = &f->layers[tl_layer(f, "fl3")], *fl2 = &f->layers[tl_layer(f, "fl2")];
+            assert_true(fl->view && fl3->view);
+            assert_false(fl2->view);  // t is read by sum too
+            for (int i = 0; i < u->nlayers; i++) assert_false(u->layers[i].view);
+            assert_ptr_equal(fl->out.data, p1->out.data);
+            assert_ptr_equal(fl3->out.data, p1->out.data);
+            assert_ptr_equal(fl->out.grad, p1->out.grad);
+            assert_ptr_equal(fl3->out.grad, p1->out.grad);
+            assert_true(fl2->out.data != f->layers[tl_layer(f, "t")].out.data);
+            // two outputs less; kept, two output gradients less
+            assert_int_equal((u->act_floats - u->grad_floats) - (f->act_floats - f->grad_floats), 2 * fl->out.size);
+            if (keep) assert_int_equal(u->grad_floats - f->grad_floats, 2 * ((fl->out.size + 15) / 16 * 16));
+            // d1 writes the views' gradient, p1's, as it reads its own: they must not meet (p1's
+            // lifetime reaches up to d1's turn, graph_plan_grads; d1's, the largest, goes first,
+            // and p1's would go beside c1's, over it, were p1's to end at fl)
+            const layer_t *d1 = &f->layers[tl_layer(f, "d1")];
+            const int64_t np = N * p1->out.size, nd = N * d1->out.size;
+            if (!(p1->out.grad + np <= d1->out.grad || d1->out.grad + nd <= p1->out.grad))
+                fail_msg("keep %d: p1's gradient meets d1's", keep);
+            fill_grads_nan(f);
+            fill_grads_nan(u);
+            float r[N * 3];
+            backward_both(f, u, 95, r);
+            assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * N * 3);
+            for (int64_t j = 0; j < f->nparams; j++)
+                if (memcmp(&f->grads[j], &u->grads[j], sizeof(float)) || isnan(f->grads[j]))
+                    fail_msg("%d threads, keep %d: grads[%lld]: view %a, copy %a", nt, keep, (long long)j, f->grads[j],
+                             u->grads[j]);
+            const gl_tensor *c1f = &f->layers[0].out, *c1u = &u->layers[0].out;  // the last gradient written
+            for (int64_t j = 0; j < N * c1f->size; j++)
+                if (memcmp(&c1f->grad[j], &c1u->grad[j], sizeof(float)) || isnan(c1f->grad[j]))
+                    fail_msg("%d threads, keep %d: c1.grad[%lld]: view %a, copy %a", nt, keep, (long long)j,
+                             c1f->grad[j], c1u->grad[j]);
+            tl_model_free(&mf);
+            tl_model_free(&mu);
+        }
+    omp_set_num_threads(1);
 }
 
 // One pool-fusion case at nt threads: the activations `fused` hand their derivative to the
@@ -901,7 +965,7 @@ static void test_gradients_share_memory_by_lifetime(void **state)
         for (int j = i + 1; j < n; j++)
             for (int q = 0; q < p->layers[j].nin; q++)
                 if (p->layers[j].in[q] == &li->out) top = j;
-        kept += (li->out.size + 15) / 16 * 16;
+        kept += li->view ? 0 : (li->out.size + 15) / 16 * 16;  // a view's gradient is its input's
         assert_true(li->grad_off % 16 == 0);
         assert_true(li->grad_off + li->out.size <= p->grad_floats);
         for (int j = 0; j < i; j++) {
@@ -910,7 +974,8 @@ static void test_gradients_share_memory_by_lifetime(void **state)
             for (int jj = j + 1; jj < n; jj++)
                 for (int q = 0; q < p->layers[jj].nin; q++)
                     if (p->layers[jj].in[q] == &lj->out) topj = jj;
-            bool live_together = j <= top && i <= topj;
+            // a view (graph_fuse_views) and its input share their gradient on purpose
+            bool live_together = j <= top && i <= topj && !(li->view && li->in[0] == &lj->out);
             bool apart = lj->out.grad + N * lj->out.size <= li->out.grad || li->out.grad + N * li->out.size <= lj->out.grad;
             if (live_together && !apart)
                 fail_msg("%s's gradient (live %d..%d) and %s's (live %d..%d) overlap", li->cfg->name, top, i,
@@ -1156,6 +1221,7 @@ int main(void)
         cmocka_unit_test(test_first_writers_write_gradients_whole),
         cmocka_unit_test(test_set_gradients_equal_added_ones),
         cmocka_unit_test(test_activation_fusion_keeps_the_bits),
+        cmocka_unit_test(test_flatten_is_a_view),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_dense_applies_the_activation_derivative),
         cmocka_unit_test(test_conv_writes_the_pool_after_it),

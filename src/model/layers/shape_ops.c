@@ -18,16 +18,18 @@ static int flatten_infer(layer_t *l, char *err, size_t errlen) {
     return 0;
 }
 
-// A copy, one row a sample (the CPU's copy_rows runs rows in parallel).
+// A copy, one row a sample (the CPU's copy_rows runs rows in parallel); nothing for a view
+// (layer_t.view: the output is the input's buffer).
 static void flatten_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
+    if (l->view) return;
     const int64_t len = l->out.size;
     be->copy_rows(n, len, l->in[0]->data, len, l->out.data, len, 0);
 }
 
 // dx += dy, or dx = dy where this layer writes dx first (grad_set: no clearing pass before).
 static void flatten_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    if (!l->in[0]->grad) return;
+    if (!l->in[0]->grad || l->view) return;  // a view's output gradient is its input's
     const int64_t len = l->out.size;
     if (l->grad_set[0])
         be->copy_rows(n, len, l->out.grad, len, l->in[0]->grad, len, 0);
@@ -46,6 +48,7 @@ const layer_kind layer_flatten = {
     .keys = no_keys,
     .min_inputs = 1,
     .max_inputs = 1,
+    .reshape_only = true,
     .infer = flatten_infer,
     .forward = flatten_forward,
     .backward = flatten_backward,
