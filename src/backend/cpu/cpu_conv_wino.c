@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_rows.h"
 #include "galley/check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -155,13 +156,13 @@ static void wg_pad(const wg_plan *g, int64_t ns, const float *x, float *xpad) {
                 float *row = dst + (z * g->pd[1] + yy) * g->pd[2];
                 const int64_t iz = z - p0, iy = yy - p1;
                 if (iz < 0 || iz >= g->in[0] || iy < 0 || iy >= g->in[1]) {
-                    memset(row, 0, sizeof(float) * (size_t)g->pd[2]);
+                    cpu_row_zero(row, g->pd[2]);
                     continue;
                 }
                 const int64_t tail = g->pd[2] - p2 - g->in[2];
-                memset(row, 0, sizeof(float) * (size_t)p2);
-                memcpy(row + p2, src + (iz * g->in[1] + iy) * g->in[2], sizeof(float) * (size_t)g->in[2]);
-                memset(row + p2 + g->in[2], 0, sizeof(float) * (size_t)tail);
+                cpu_row_zero(row, p2);  // rows of a few dozen floats: cpu_rows.h
+                cpu_row_copy(row + p2, src + (iz * g->in[1] + iy) * g->in[2], g->in[2]);
+                cpu_row_zero(row + p2 + g->in[2], tail);
             }
     }
 }
@@ -572,11 +573,11 @@ static void wg_pad_dy(const wg_plan *g, int64_t ns, const float *dy, float *dyp)
             for (int64_t yy = 0; yy < g->qd[1]; yy++) {
                 float *row = dst + (z * g->qd[1] + yy) * g->qd[2];
                 if (z >= g->out[0] || yy >= g->out[1]) {
-                    memset(row, 0, sizeof(float) * (size_t)g->qd[2]);
+                    cpu_row_zero(row, g->qd[2]);
                     continue;
                 }
-                memcpy(row, src + (z * g->out[1] + yy) * g->out[2], sizeof(float) * (size_t)g->out[2]);
-                memset(row + g->out[2], 0, sizeof(float) * (size_t)(g->qd[2] - g->out[2]));
+                cpu_row_copy(row, src + (z * g->out[1] + yy) * g->out[2], g->out[2]);
+                cpu_row_zero(row + g->out[2], g->qd[2] - g->out[2]);
             }
     }
 }
