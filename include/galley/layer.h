@@ -61,6 +61,10 @@ typedef struct layer_kind {
     // graph may hand it its input's buffers, value and gradient (layer_t.view), and its forward and
     // backward then do nothing.
     bool reshape_only;
+    // Each input's gradient is the output's, dx_k += dy (add; a reshape_only kind too): the graph
+    // may give an input that this layer alone reads this layer's output gradient buffer as its
+    // own (layer_t.grad_shared), and backward then leaves that input's gradient alone.
+    bool grad_is_dy;
     // Optional: what its scratch keeps from forward to backward and how it grows, for the memory
     // plan `galley check` prints (e.g. attention: "linear in T: no T x T matrix").
     const char *scratch_doc;
@@ -159,9 +163,13 @@ struct layer {
     layer_t *store_pool;
     bool pool_done;
     // Set by graph_build for a reshape_only kind whose input it alone reads (graph_fuse_views):
-    // its output and output gradient are its input's buffers, so forward and backward do nothing
-    // (the consumers' writes to its output gradient are its input's gradient).
+    // its output is its input's buffer, so forward does nothing (and backward neither: grad_shared).
     bool view;
+    // Set by graph_build for a grad_is_dy kind (graph_share_grads): input k's gradient is this
+    // layer's output gradient, the same buffer, so backward does not write it; that input's
+    // producer has grad_with set to this layer (graph_plan.c places the two as one).
+    bool grad_shared[GL_MAX_INPUTS];
+    layer_t *grad_with;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

@@ -104,13 +104,20 @@ static void graph_fuse_pools(gl_graph *g) {
     }
 }
 
+// The layer whose output t is (NULL: the model input).
+static layer_t *graph_producer(gl_graph *g, const gl_tensor *t) {
+    for (int j = 0; j < g->nlayers; j++)
+        if (&g->layers[j].out == t) return &g->layers[j];
+    return NULL;
+}
+
 // Makes each reshape_only layer (flatten) whose input it alone reads a view of that input
-// (layer_t.view): its output and output gradient are the input's buffers, no copy either way.
-// Not on the model input, which has no gradient buffer. An activation after it that runs in
-// place (graph_fuse_acts) then writes the producer's buffer, which nothing else reads, and
-// relu's or leaky_relu's sign keeps an activation before the view correct as well. Measured on a
-// 2-core Xeon (AVX-512, 2 threads): flatten's two copies were the small CNN's memcpy, 4.4% of its
-// samples. Returns the floats per sample saved.
+// (layer_t.view): its output is the input's buffer, no copy (graph_share_grads shares the
+// gradient). Not on the model input. An activation after it that runs in place (graph_fuse_acts)
+// then writes the producer's buffer, which nothing else reads, and relu's or leaky_relu's sign
+// keeps an activation before the view correct as well. Measured on a 2-core Xeon (AVX-512, 2
+// threads): flatten's two copies were the small CNN's memcpy, 4.4% of its samples. Returns the
+// floats per sample saved.
 static int64_t graph_fuse_views(gl_graph *g) {
     int64_t saved = 0;
     for (int i = 0; i < g->nlayers; i++) {
@@ -121,6 +128,26 @@ static int64_t graph_fuse_views(gl_graph *g) {
         saved += l->out.size;
     }
     return saved;
+}
+
+// Gives each input of a grad_is_dy layer (add, flatten) that it alone reads, once, the layer's
+// output gradient as its own (grad_shared, and the producer's grad_with): dx = dy without a copy,
+// one gradient buffer less. Not the model input (no gradient), not an input read twice by the
+// layer, not a producer whose gradient is already another's. Measured on a 2-core Xeon (AVX-512,
+// 2 threads): vit-tiny's 12 residual adds copied dy to the attention's and the MLP's outputs.
+static void graph_share_grads(gl_graph *g) {
+    for (int i = 0; i < g->nlayers; i++) {
+        layer_t *l = &g->layers[i];
+        if (!l->kind->grad_is_dy) continue;
+        for (int k = 0; k < l->nin; k++) {
+            layer_t *p = graph_producer(g, l->in[k]);
+            bool again = false;
+            for (int q = 0; q < l->nin; q++) again |= q != k && l->in[q] == l->in[k];
+            if (!p || again || p->grad_with || graph_read_by_other(g, i, l->in[k])) continue;
+            l->grad_shared[k] = true;
+            p->grad_with = l;
+        }
+    }
 }
 
 bool graph_out_written(const gl_graph *g, int i) {
@@ -224,6 +251,7 @@ int graph_build_tp(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch
         act -= graph_fuse_acts(g);
         graph_fuse_act_grads(g), graph_fuse_pools(g);
         act -= graph_fuse_views(g);
+        graph_share_grads(g);
     }
     g->grad_floats = graph_plan_grads(g, true);
     g->act_floats = act + g->input.size + g->grad_floats;
@@ -258,7 +286,7 @@ void graph_bind(gl_graph *g, gl_arena *a) {
     for (int i = 0; i < g->nlayers; i++) {
         layer_t *l = &g->layers[i];
         // a fused activation's output is its producer's (graph_fuse_acts), a view's its input's
-        // (graph_fuse_views; the gradient plan gave it its input's gradient too)
+        // (graph_fuse_views; graph_plan_grads placed shared gradients as one)
         l->out.data = l->act_done || l->act_inplace ? g->layers[i - 1].out.data
                       : l->view                      ? l->in[0]->data
                                                      : arena_floats(a, l->out.size * g->batch);

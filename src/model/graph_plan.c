@@ -24,12 +24,10 @@ static int span_top(const gl_graph *g, int i) {
     return i;
 }
 
-// The layer whose output a view (graph_fuse_views: never on the model input) reads.
-static int view_input(const gl_graph *g, int i) {
-    for (int j = 0; j < i; j++)
-        if (g->layers[i].in[0] == &g->layers[j].out) return j;
-    GL_CHECK(0, "a view reads an earlier layer's output");
-    return 0;
+// The last layer of i's grad_with chain (graph_share_grads): the one whose gradient i's is.
+static int grad_root(const gl_graph *g, int i) {
+    while (g->layers[i].grad_with) i = (int)(g->layers[i].grad_with - g->layers);
+    return i;
 }
 
 static bool spans_meet(const grad_span *a, const grad_span *b) { return a->bottom <= b->top && b->bottom <= a->top; }
@@ -55,17 +53,10 @@ int64_t graph_plan_grads(gl_graph *g, bool share) {
     for (int i = 0; i < n; i++) {
         s[i] = (grad_span){.top = span_top(g, i), .bottom = i, .layer = i,
                            .size = (g->layers[i].out.size + align - 1) / align * align};
-        if (g->layers[i].view) s[i].size = 0;  // its input's gradient (placed below)
+        if (g->layers[i].grad_with) s[i].size = 0;  // another's gradient (placed below)
         s[i].off = total;  // kept: one after another
         total += s[i].size;
     }
-    // A view's (graph_fuse_views) gradient is its input's: that span reaches up to the view's
-    // first writer. Last to first, so a view of a view passes its reach down.
-    for (int i = n - 1; i >= 0; i--)
-        if (g->layers[i].view) {
-            int p = view_input(g, i);
-            if (s[i].top > s[p].top) s[p].top = s[i].top;
-        }
     // A layer whose backward an activation before it runs (graph_fuse_act_grads: grad_by) reads
     // its output gradient at that activation's turn, while the activation writes its own input
     // gradient: the span reaches down to the activation. Without this, a max_pool's dy could
@@ -74,6 +65,14 @@ int64_t graph_plan_grads(gl_graph *g, bool share) {
         if (g->layers[j].grad_by) {
             int k = (int)(g->layers[j].grad_by - g->layers);
             if (j < s[k].bottom) s[k].bottom = j;
+        }
+    // A gradient shared with a later layer's (grad_with: graph_share_grads) is live from that
+    // one's first writer down to its own layer (or the activation that reads it, above): the
+    // chain's last layer's span reaches down that far, and all of them lie where it is placed.
+    for (int i = 0; i < n; i++)
+        if (g->layers[i].grad_with) {
+            int r = grad_root(g, i);
+            if (s[i].bottom < s[r].bottom) s[r].bottom = s[i].bottom;
         }
     if (share) {
         // First fit, largest first: each span goes at the lowest offset where it overlaps no
@@ -95,8 +94,8 @@ int64_t graph_plan_grads(gl_graph *g, bool share) {
         free(live);
     }
     for (int i = 0; i < n; i++) g->layers[s[i].layer].grad_off = s[i].off;
-    for (int i = 0; i < n; i++)  // first to last: a view of a view finds its input placed
-        if (g->layers[i].view) g->layers[i].grad_off = g->layers[view_input(g, i)].grad_off;
+    for (int i = 0; i < n; i++)
+        if (g->layers[i].grad_with) g->layers[i].grad_off = g->layers[grad_root(g, i)].grad_off;
     free(s);
     return total;
 }

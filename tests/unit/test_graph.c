@@ -298,6 +298,13 @@ static void backward_both(gl_graph *a, gl_graph *b, uint64_t seed, float r[N * 3
 
 // tl_model_build with every output's gradient kept (graph_keep_grads): for the tests that
 // compare every output's gradient after backward.
+// The last layer of i's grad_with chain: the one whose gradient buffer i's is.
+static int grad_root(const gl_graph *g, int i)
+{
+    while (g->layers[i].grad_with) i = (int)(g->layers[i].grad_with - g->layers);
+    return i;
+}
+
 static void build_kept(tl_model *m, const char *layers, gl_shape input)
 {
     char *errors = NULL;
@@ -430,7 +437,7 @@ static void test_set_gradients_equal_added_ones(void **state)
                    "    - {type: add, inputs: [d2, t1], name: res}\n"
                    "    - {type: flatten, name: fl}\n"
                    "    - {type: dense, units: 33, name: head}\n"
-                   "  fuse: false\n",  // else fl is a view (graph_fuse_views), whose backward does nothing
+                   "  fuse: false\n",  // else fl and res share their inputs' gradients (graph_share_grads)
                (gl_shape){1, {37}});
     const char *const vec[] = {"res", "fl", "head"};
     check_set_equals_add(&m.g, vec, 3);
@@ -439,7 +446,8 @@ static void test_set_gradients_equal_added_ones(void **state)
                    "    - {type: layer_norm, name: ln}\n"
                    "    - {type: attention, heads: 2, name: att}\n"
                    "    - {type: add, inputs: [att, d0], name: res}\n"
-                   "    - {type: dense, units: 36, name: fc}\n",
+                   "    - {type: dense, units: 36, name: fc}\n"
+                   "  fuse: false\n",  // else att's gradient is res's (graph_share_grads): res would not write it
                shape_tokens(13, 32));
     const char *const tok[] = {"att", "res", "fc"};
     check_set_equals_add(&m.g, tok, 3);
@@ -560,7 +568,8 @@ static void test_activation_fusion_keeps_the_bits(void **state)
 
 // A flatten whose input it alone reads is a view of it (graph_fuse_views): the same value and
 // gradient buffers, a view of a view too, one activation buffer less each; a flatten whose input
-// another layer also reads still copies. Forward and backward give the bits of model.fuse:
+// another layer also reads still copies, and its gradient is the add's after it, which alone reads
+// it (graph_share_grads), while the add's other input keeps its own. Forward and backward give the bits of model.fuse:
 // false (every gradient kept, then shared by lifetime as training plans them), at 1 and 2 threads.
 static void test_flatten_is_a_view(void **state)
 {
@@ -592,7 +601,14 @@ static void test_flatten_is_a_view(void **state)
             assert_true(fl2->out.data != f->layers[tl_layer(f, "t")].out.data);
             // two outputs less; kept, two output gradients less
             assert_int_equal((u->act_floats - u->grad_floats) - (f->act_floats - f->grad_floats), 2 * fl->out.size);
-            if (keep) assert_int_equal(u->grad_floats - f->grad_floats, 2 * ((fl->out.size + 15) / 16 * 16));
+            // fl2's gradient is sum's (graph_share_grads: sum alone reads it), t's its own
+            const layer_t *sum = &f->layers[tl_layer(f, "sum")];
+            assert_ptr_equal(fl2->grad_with, sum);
+            assert_true(sum->grad_shared[0] && !sum->grad_shared[1]);
+            assert_ptr_equal(fl2->out.grad, sum->out.grad);
+            if (keep)
+                assert_int_equal(u->grad_floats - f->grad_floats,
+                                 2 * ((fl->out.size + 15) / 16 * 16) + (fl2->out.size + 15) / 16 * 16);
             // d1 writes the views' gradient, p1's, as it reads its own: they must not meet (p1's
             // lifetime reaches up to d1's turn, graph_plan_grads; d1's, the largest, goes first,
             // and p1's would go beside c1's, over it, were p1's to end at fl)
@@ -965,7 +981,7 @@ static void test_gradients_share_memory_by_lifetime(void **state)
         for (int j = i + 1; j < n; j++)
             for (int q = 0; q < p->layers[j].nin; q++)
                 if (p->layers[j].in[q] == &li->out) top = j;
-        kept += li->view ? 0 : (li->out.size + 15) / 16 * 16;  // a view's gradient is its input's
+        kept += li->grad_with ? 0 : (li->out.size + 15) / 16 * 16;  // another's gradient (graph_share_grads)
         assert_true(li->grad_off % 16 == 0);
         assert_true(li->grad_off + li->out.size <= p->grad_floats);
         for (int j = 0; j < i; j++) {
@@ -974,8 +990,8 @@ static void test_gradients_share_memory_by_lifetime(void **state)
             for (int jj = j + 1; jj < n; jj++)
                 for (int q = 0; q < p->layers[jj].nin; q++)
                     if (p->layers[jj].in[q] == &lj->out) topj = jj;
-            // a view (graph_fuse_views) and its input share their gradient on purpose
-            bool live_together = j <= top && i <= topj && !(li->view && li->in[0] == &lj->out);
+            // an add's or a flatten's gradient and its input's are one on purpose (graph_share_grads)
+            bool live_together = j <= top && i <= topj && grad_root(p, i) != grad_root(p, j);
             bool apart = lj->out.grad + N * lj->out.size <= li->out.grad || li->out.grad + N * li->out.size <= lj->out.grad;
             if (live_together && !apart)
                 fail_msg("%s's gradient (live %d..%d) and %s's (live %d..%d) overlap", li->cfg->name, top, i,

@@ -51,7 +51,7 @@ static void add_forward(layer_t *l, const gl_backend *be, int64_t n, bool train)
 // 0.247-0.277 -> 0.093-0.101 s (of 13-15 s).
 static void add_backward(layer_t *l, const gl_backend *be, int64_t n) {
     for (int j = 0; j < l->nin; j++) {
-        if (!l->in[j]->grad) continue;
+        if (!l->in[j]->grad || l->grad_shared[j]) continue;  // the same buffer (graph_share_grads)
         if (l->grad_set[j])
             be->copy_rows(n, l->out.size, l->out.grad, l->out.size, l->in[j]->grad, l->out.size, 0);
         else
@@ -70,6 +70,7 @@ const layer_kind layer_add = {
     .keys = no_keys,
     .min_inputs = 2,
     .max_inputs = 8,
+    .grad_is_dy = true,
     .infer = add_infer,
     .forward = add_forward,
     .backward = add_backward,

@@ -29,7 +29,7 @@ static void flatten_forward(layer_t *l, const gl_backend *be, int64_t n, bool tr
 
 // dx += dy, or dx = dy where this layer writes dx first (grad_set: no clearing pass before).
 static void flatten_backward(layer_t *l, const gl_backend *be, int64_t n) {
-    if (!l->in[0]->grad || l->view) return;  // a view's output gradient is its input's
+    if (!l->in[0]->grad || l->grad_shared[0]) return;  // the same buffer (graph_share_grads)
     const int64_t len = l->out.size;
     if (l->grad_set[0])
         be->copy_rows(n, len, l->out.grad, len, l->in[0]->grad, len, 0);
@@ -49,6 +49,7 @@ const layer_kind layer_flatten = {
     .min_inputs = 1,
     .max_inputs = 1,
     .reshape_only = true,
+    .grad_is_dy = true,
     .infer = flatten_infer,
     .forward = flatten_forward,
     .backward = flatten_backward,
