@@ -366,20 +366,12 @@ FAST_TARGET_AVX2 static inline __m256i lane_mask8(int64_t lo, int64_t hi) {
                             _mm256_cmpgt_epi32(_mm256_set1_epi32((int)hi), idx));
 }
 
-// The first n (1..7) lanes of v to d, as fixed-size copies (a loop over lanes, or a copy of
-// variable size, became a call to memcpy per vector: 27% of ig_panel_avx2 on 20^3 maps).
+// The first n (1..7) lanes of v to d, as a fixed-size copy (cpu_rows.h: a loop over lanes, or a
+// copy of variable size, became a call to memcpy per vector: 27% of ig_panel_avx2 on 20^3 maps).
 FAST_TARGET_AVX2 static inline void store_lanes8(float *d, __m256 v, int64_t n) {
     float t[8];
     _mm256_storeu_ps(t, v);
-    switch (n) {
-    case 1: memcpy(d, t, 4); break;
-    case 2: memcpy(d, t, 8); break;
-    case 3: memcpy(d, t, 12); break;
-    case 4: memcpy(d, t, 16); break;
-    case 5: memcpy(d, t, 20); break;
-    case 6: memcpy(d, t, 24); break;
-    default: memcpy(d, t, 28); break;
-    }
+    cpu_rows_tail(d, t, n);
 }
 
 // ig_panel with 8-lane vectors. A run's vector q holds lanes [lo, hi) of the input row (0
