@@ -87,56 +87,69 @@ static void sg_op(sg *s, cudnnBackendDescriptor_t op, const char *what) {
     if (!s->st) s->ops[s->nops++] = op;
 }
 
+// A finalized descriptor of kind `type` computing in fp32 (attribute prec), with one more setting
+// (attribute how_a of type how_t at how) unless how is NULL.
+static cudnnBackendDescriptor_t sg_fp32(sg *s, cudnnBackendDescriptorType_t type, cudnnBackendAttributeName_t prec,
+                                        cudnnBackendAttributeName_t how_a, cudnnBackendAttributeType_t how_t,
+                                        const void *how, const char *what) {
+    const cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t d = sg_make(s, type, what);
+    if (how) sg_set(s, d, how_a, how_t, 1, how, what);
+    sg_set(s, d, prec, CUDNN_TYPE_DATA_TYPE, 1, &f, what);
+    sg_final(s, d, what);
+    return d;
+}
+
+// An operation of kind `type` naming its descriptors (an attribute each; a NULL one left unset).
+struct sg_named {
+    cudnnBackendAttributeName_t a;
+    cudnnBackendDescriptor_t d;
+};
+static void sg_operation(sg *s, cudnnBackendDescriptorType_t type, int n, const sg_named *named, const char *what) {
+    cudnnBackendDescriptor_t op = sg_make(s, type, what);
+    for (int i = 0; i < n; i++)
+        if (named[i].d) sg_desc(s, op, named[i].a, named[i].d, what);
+    sg_op(s, op, what);
+}
+
 // y = x (mode) b (b NULL for a unary mode), in fp32.
 static void sg_pw(sg *s, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
                   cudnnBackendDescriptor_t y) {
-    const cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t pw = sg_make(s, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "a pointwise mode");
-    sg_set(s, pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, "a pointwise mode");
-    sg_set(s, pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &f, "a pointwise mode");
-    sg_final(s, pw, "a pointwise mode");
-    cudnnBackendDescriptor_t op = sg_make(s, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "a pointwise operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, "a pointwise operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x, "a pointwise operation");
-    if (b) sg_desc(s, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b, "a pointwise operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y, "a pointwise operation");
-    sg_op(s, op, "a pointwise operation");
+    cudnnBackendDescriptor_t pw = sg_fp32(s, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, CUDNN_ATTR_POINTWISE_MATH_PREC,
+                                          CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, &mode, "a pointwise mode");
+    const sg_named named[] = {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw},
+                              {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+                              {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+                              {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}};
+    sg_operation(s, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 4, named, "a pointwise operation");
 }
 
 // c = a b (batched over the first two dimensions), accumulated in fp32.
 static void sg_matmul(sg *s, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t c) {
-    const cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t mm = sg_make(s, CUDNN_BACKEND_MATMUL_DESCRIPTOR, "a matmul");
-    sg_set(s, mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "a matmul");
-    sg_final(s, mm, "a matmul");
-    cudnnBackendDescriptor_t op = sg_make(s, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "a matmul operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a, "a matmul operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b, "a matmul operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c, "a matmul operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, "a matmul operation");
-    sg_op(s, op, "a matmul operation");
+    cudnnBackendDescriptor_t mm = sg_fp32(s, CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE,
+                                          CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, NULL, "a matmul");
+    const sg_named named[] = {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+                              {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                              {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c},
+                              {CUDNN_ATTR_OPERATION_MATMUL_DESC, mm}};
+    sg_operation(s, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, named, "a matmul operation");
 }
 
 // y = the rows of x reduced over its last dimension (add or max), in fp32.
 static void sg_reduce(sg *s, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    const cudnnDataType_t f = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t rd = sg_make(s, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "a reduction");
-    sg_set(s, rd, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how, "a reduction");
-    sg_set(s, rd, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f, "a reduction");
-    sg_final(s, rd, "a reduction");
-    cudnnBackendDescriptor_t op = sg_make(s, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "a reduction operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x, "a reduction operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y, "a reduction operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd, "a reduction operation");
-    sg_op(s, op, "a reduction operation");
+    cudnnBackendDescriptor_t rd =
+        sg_fp32(s, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_ATTR_REDUCTION_OPERATOR,
+                CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, &how, "a reduction");
+    const sg_named named[] = {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                              {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+                              {CUDNN_ATTR_OPERATION_REDUCTION_DESC, rd}};
+    sg_operation(s, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, named, "a reduction operation");
 }
 
 // y = x seen with y's dimensions and strides (a transpose of the last two, here).
 static void sg_reshape(sg *s, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-    cudnnBackendDescriptor_t op = sg_make(s, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "a reshape operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x, "a reshape operation");
-    sg_desc(s, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y, "a reshape operation");
-    sg_op(s, op, "a reshape operation");
+    const sg_named named[] = {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}};
+    sg_operation(s, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, named, "a reshape operation");
 }
 
 // The operands every graph reads, in galley's layouts (dims [N, H, rows, cols] as cuDNN wants).
