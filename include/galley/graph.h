@@ -40,6 +40,11 @@ typedef struct {
     // by an event), so backward need not wait for the GPU first; false: it reads gradients on
     // the host (MPI), and backward waits for the GPU before each call.
     bool layer_done_on_device;
+    // Called with a layer once its parameters' gradients are complete (after its backward, or
+    // after the activation's that runs it: grad_by), on the CPU: the optimizer's update in
+    // backward (optim_fuse.c), while those gradients are in cache. NULL: none.
+    void (*params_done)(void *ctx, int layer);
+    void *params_done_ctx;
     struct gl_replay *replay;  // recorded passes (graph_replay_setup); NULL: every pass runs eagerly
 } gl_graph;
 

@@ -48,6 +48,20 @@ typedef struct gl_optim {
     // Tensor parallelism: sums the split tensors' squares over the tensor group, so the norm (and
     // clip_norm's factor, and the non-finite check) is the whole model's on every rank. NULL: none.
     const gl_reducer *split_sum;
+    // The update in backward (optimizer.fuse, optim_fuse.c). Layer i's chunks are
+    // [layer_chunk[i], layer_chunk[i + 1]) (chunks follow the layers' parameters in order).
+    int *layer_chunk;  // [nlayers + 1]
+    struct {
+        bool on;          // optimizer.fuse
+        bool armed;       // this step's update runs in backward (optim_fuse_arm)
+        bool bad;         // a chunk's gradients were not finite: no chunk after it is updated
+        gl_optim_args a;  // this step's scalars, fixed when armed
+        gl_graph *g;
+        uint8_t *seen;    // [nchunks] 0: not yet; 1: its sum of squares taken in backward; 2: and updated
+        double seconds;   // spent updating inside this step's backward
+        int64_t tried, steps;  // steps this process armed for (optimizer.fuse on), and updated in backward
+        const char *why_not;  // why the last step that could not was not (optim_fuse_arm), or NULL
+    } fuse;
 } gl_optim;
 
 // ---- the registry (optim_registry.c): one entry per rule ---------------------------------------
@@ -67,6 +81,9 @@ typedef struct gl_optim_rule {
     bool adam;  // its scalars include adam_args' bias corrections
     // One CPU update of w from g over o->chunks (optim_internal.h); lr: the double learning rate.
     void (*step)(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g);
+    // One chunk of step's loop (its update of w from g); NULL where the update of a chunk needs
+    // sums over others first (LAMB's trust ratios): such a rule never runs in backward.
+    void (*chunk_step)(gl_optim *o, const gl_optim_args *a, const gl_optim_chunk *ch, float *w, float *g);
     // The same through the backend's optim_update (a device's memory); ends before be->sync().
     void (*device_step)(gl_optim *o, const struct gl_backend *be, const gl_optim_args *a, float *w, float *g);
     // Checks beyond the schema: NULL when r is fine, else the message and *key, the key to name.
@@ -92,6 +109,23 @@ double optim_step(gl_optim *o, gl_graph *g, double lr);
 // it first, in the same multiply that clipping uses, so the norm returned and compared with
 // optimizer.clip_norm is the unscaled one. scale 1 is optim_step exactly.
 double optim_step_scaled(gl_optim *o, gl_graph *g, double lr, double scale);
+
+// optimizer.fuse (optim_fuse.c): arms this step's update to run inside backward, each layer's
+// parameters as soon as backward is done with them (g's params_done hook), with the bits of the
+// pass after backward. refuse: NULL where the caller's conditions hold (one process, no
+// distributed.deterministic parts, no loss scale, train.nonfinite stop: nothing after backward
+// changes the update or undoes it), else why not, in words; it also needs optimizer.fuse, the
+// CPU, no clip_norm, no tensor group and a rule with chunk_step. lr: this step's learning rate,
+// which optim_step must then be given. Returns whether it armed; optim_step finishes an armed
+// step (the norm, and the chunks backward did not reach). Where a chunk's gradients are not
+// finite, it and the layers backward reaches after it are not updated and optim_step returns the
+// non-finite norm, but the layers before it were: the caller stops the run (train.nonfinite:
+// stop) and must not save these weights.
+bool optim_fuse_arm(gl_optim *o, gl_graph *g, double lr, const char *refuse);
+// Disarms an armed step whose backward did not run (its loss was not finite): nothing updated.
+void optim_fuse_cancel(gl_optim *o);
+// The run summary's line on it ("" where optimizer.fuse is false or no step was trained).
+void optim_fuse_describe(const gl_optim *o, char *buf, size_t len);
 
 // ---- dynamic loss scaling (train.precision fp16; loss_scale.c) ----------------------------------
 // fp16 keeps 5 exponent bits, so small gradients flush to zero: the loss gradient is multiplied

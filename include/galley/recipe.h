@@ -119,6 +119,7 @@ typedef struct {
         double beta1, beta2, eps;
         double clip_norm;  // NAN: no clipping
         bool exclude_1d;   // 1-D tensors: no weight decay, LAMB trust ratio 1
+        bool fuse;         // the update in backward where it gives the same bits (optim_fuse.c)
         struct {
             int unit;                  // SCHED_UNIT_*
             double warmup;             // in unit

@@ -108,6 +108,7 @@ typedef struct {
     char iou[256];              // per-class IoU line, or ""
     char threads_note[256];     // how the CPU's idle threads waited (cpu_spin_describe), or ""
     char input_note[256];       // how many batches were copied a step ahead (input_stage_describe), or ""
+    char optim_note[256];       // optimizer.fuse: where the update ran (optim_fuse_describe), or ""
     char replay_note[256];      // CUDA graphs: recordings and replays (graph_replay_describe), or ""
     bool mlperf;                // log.mlperf is on: the two times below are printed
     double time_to_train;       // MLPerf: run_start to the evaluation that reached the target (NAN: not reached)

@@ -148,6 +148,7 @@ void runlog_finish(gl_runlog *lg, gl_runsummary *s) {
     if (s->threads_note[0]) fprintf(o, "  %s\n", s->threads_note);
     if (s->input_note[0]) fprintf(o, "  %s\n", s->input_note);
     if (s->replay_note[0]) fprintf(o, "  %s\n", s->replay_note);
+    if (s->optim_note[0]) fprintf(o, "  %s\n", s->optim_note);
     if (isnan(s->last_loss)) {
         fputs("  last val: none (no evaluation in this run)\n", o);
     } else {

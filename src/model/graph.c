@@ -363,6 +363,11 @@ void graph_run_backward(gl_graph *g, int64_t n) {
             if (g->be->device && !g->layer_done_on_device) g->be->sync();
             g->layer_done(g->layer_done_ctx, i);
         }
+        // A layer's parameter gradients are complete after its own backward, or, where an
+        // activation before it runs it (grad_by, grad_deferred), after that activation's.
+        if (g->params_done && !l->grad_deferred) g->params_done(g->params_done_ctx, i);
+        if (g->params_done && l->grad_by && l->grad_by->grad_deferred)
+            g->params_done(g->params_done_ctx, (int)(l->grad_by - g->layers));
     }
 }
 

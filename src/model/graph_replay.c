@@ -93,6 +93,7 @@ static bool refused(gl_graph *g, bool train_pass, bool backward) {
         rp->said_sync_bn = true;
         return true;
     }
+    if (backward && g->params_done) return true;  // the CPU's update in backward: never armed on a device
     if (backward && g->layer_done) {
         if (!rp->said_hooks && rp->err)
             fprintf(rp->err, "galley: train.cuda_graphs: backward passes run eagerly: gradient buckets start "

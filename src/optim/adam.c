@@ -34,19 +34,19 @@ static inline float adam_direction(const gl_optim_args *k, float m, float v) {
     return (m * k->inv_bc1) / (sqrtf(v) * k->inv_sqrt_bc2 + k->eps);
 }
 
-// w, g, o->m, o->v are (n); each chunk by optim_simd's loop (adam_direction's arithmetic).
+// Chunk ch of w, g, o->m and o->v (all (n)), by optim_simd's loop (adam_direction's arithmetic).
+static void adamw_chunk(gl_optim *o, const gl_optim_args *a, const gl_optim_chunk *ch, float *w, float *g) {
+    const int64_t lo = ch->offset;
+    optim_simd_get()->adamw(a, ch->plain ? 1.0f : a->decayed, ch->len, w + lo, g + lo, o->m + lo, o->v + lo);
+}
+
+// Every chunk, each by its owner thread (a->lr: the learning rate as a float).
 static void adamw_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
-    (void)lr;  // a->lr, as a float
-    const optim_simd *os = optim_simd_get();
-    const gl_optim_args k = *a;
-    float *m = o->m, *v = o->v;
+    (void)lr;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel
-    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
-        if (optim_owner(&ch[c], nt) != me) continue;
-        const int64_t lo = ch[c].offset;
-        os->adamw(&k, ch[c].plain ? 1.0f : k.decayed, ch[c].len, w + lo, g + lo, m + lo, v + lo);
-    }
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++)
+        if (optim_owner(&ch[c], nt) == me) adamw_chunk(o, a, &ch[c], w, g);
 }
 
 void lamb_ratios(gl_optim *o, const double *wsq, const double *usq) {
@@ -123,6 +123,7 @@ const gl_optim_rule optim_rule_adamw = {
     .state = {"m", "v"},
     .adam = true,
     .step = adamw_update,
+    .chunk_step = adamw_chunk,
     .device_step = adamw_device,
 };
 

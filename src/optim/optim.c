@@ -54,7 +54,8 @@ size_t optim_bytes(const recipe_t *r, const gl_graph *g) {
     bytes += (size_t)state_count(r) * floats;
     if (nc > 0)
         bytes += arena_round((size_t)nc * sizeof(gl_optim_chunk)) + arena_round(3 * (size_t)nc * sizeof(double)) +
-                 arena_round((size_t)nt * sizeof(double));
+                 arena_round((size_t)nt * sizeof(double)) + arena_round((size_t)(g->nlayers + 1) * sizeof(int)) +
+                 arena_round((size_t)nc);
     return bytes;
 }
 
@@ -78,8 +79,12 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
     o->chunks = arena_alloc(a, (size_t)o->nchunks * sizeof(gl_optim_chunk));
     o->partial = arena_alloc(a, 3 * (size_t)o->nchunks * sizeof(double));
     o->ratio = arena_alloc(a, (size_t)o->ntensors * sizeof(double));
+    o->layer_chunk = arena_alloc(a, (size_t)(g->nlayers + 1) * sizeof(int));
+    o->fuse.seen = arena_alloc(a, (size_t)o->nchunks);
+    o->fuse.on = r->optimizer.fuse;
     int t = 0, c = 0;
-    for (int i = 0; i < g->nlayers; i++)
+    for (int i = 0; i < g->nlayers; i++) {
+        o->layer_chunk[i] = c;
         for (int p = 0; p < g->layers[i].nparams; p++) {
             const gl_param *prm = &g->layers[i].params[p];
             if (prm->size <= 0) continue;
@@ -97,29 +102,27 @@ void optim_init(gl_optim *o, const recipe_t *r, const gl_graph *g, gl_arena *a) 
                     .parts = parts};
             o->ratio[t++] = 1.0;
         }
+    }
+    o->layer_chunk[g->nlayers] = c;
 }
 
 // Whether the update runs on the backend's device (backend.h: chunk_sumsq, optim_update). A
 // device backend without them leaves the loops below to touch its (managed) memory from the host.
 static bool on_device(const gl_backend *be) { return be && be->device && be->chunk_sumsq && be->optim_update; }
 
-// ||g||: squares summed in double within each chunk (in parallel, on the CPU or the device),
-// then over chunks in order on the host.
-static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
-    double *part = o->partial;
+void optim_partials(gl_optim *o, const float *g, const uint8_t *skip) {
+    const optim_simd *os = optim_simd_get();
     const gl_optim_chunk *ch = o->chunks;
-    if (on_device(be)) {
-        if (o->nchunks > 0) be->chunk_sumsq(o->nchunks, ch, g, part);
-    } else {
-        // Double lanes in a fixed order (optim_simd.h), so thread-count and instruction-set
-        // independent, then the chunks in order.
-        const optim_simd *os = optim_simd_get();
 #pragma omp parallel
-        for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
-            if (optim_owner(&ch[c], nt) != me) continue;
-            part[c] = os->sumsq(g + ch[c].offset, ch[c].len);
-        }
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
+        if (optim_owner(&ch[c], nt) != me || (skip && skip[c])) continue;
+        o->partial[c] = os->sumsq(g + ch[c].offset, ch[c].len);
     }
+}
+
+double optim_norm_of_partials(gl_optim *o) {
+    const double *part = o->partial;
+    const gl_optim_chunk *ch = o->chunks;
     double total = 0.0, split = 0.0;
     for (int c = 0; c < o->nchunks; c++) {
         if (o->split_sum && ch[c].split) split += part[c];
@@ -132,9 +135,22 @@ static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
     return sqrt(total);
 }
 
+// ||g||: squares summed in double within each chunk (in parallel, on the CPU or the device),
+// then over chunks in order on the host.
+static double grad_norm(gl_optim *o, const gl_backend *be, const float *g) {
+    if (on_device(be)) {
+        if (o->nchunks > 0) be->chunk_sumsq(o->nchunks, o->chunks, g, o->partial);
+    } else {
+        // Double lanes in a fixed order (optim_simd.h), so thread-count and instruction-set
+        // independent, then the chunks in order.
+        optim_partials(o, g, NULL);
+    }
+    return optim_norm_of_partials(o);
+}
+
 // The update's scalars: float copies of the hyper-parameters and, for the Adam family, the
 // bias corrections of step t (adam.c).
-static gl_optim_args optim_args(const gl_optim *o, bool clip, float coef, double lr, int64_t t) {
+gl_optim_args optim_args(const gl_optim *o, bool clip, float coef, double lr, int64_t t) {
     gl_optim_args a = {.rule = o->type,
                        .clip = clip,
                        .coef = coef,
@@ -159,6 +175,10 @@ double optim_step(gl_optim *o, gl_graph *g, double lr) { return optim_step_scale
 double optim_step_scaled(gl_optim *o, gl_graph *g, double lr, double scale) {
     GL_CHECK(g->nparams == o->n, "optimizer built for another graph");
     GL_CHECK(scale >= 1.0, "the loss scale is at least 1");
+    if (o->fuse.armed) {  // most of it ran in backward (optim_fuse.c)
+        GL_CHECK(scale == 1.0, "an update in backward has no loss scale");
+        return optim_fuse_finish(o, g, lr);
+    }
     // Dividing by a power of two is exact, so the norm is the unscaled gradients' norm.
     double norm = grad_norm(o, g->be, g->grads) / scale;
     if (!isfinite(norm)) return norm;

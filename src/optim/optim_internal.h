@@ -21,6 +21,16 @@ static inline int optim_owner(const gl_optim_chunk *ch, int nt) {
     return ch->parts >= nt ? (int)((int64_t)ch->part * nt / ch->parts) : ch->tensor % nt;
 }
 
+// optim.c: the update's scalars for step t (clip: multiply the gradients by coef first).
+gl_optim_args optim_args(const gl_optim *o, bool clip, float coef, double lr, int64_t t);
+// optim.c: o->partial[c] = chunk c's sum of squares of g, for every chunk but those skip marks
+// (skip NULL: all), on the CPU in parallel (each chunk by its optim_owner).
+void optim_partials(gl_optim *o, const float *g, const uint8_t *skip);
+// optim.c: the global norm from o->partial (in chunk order; the tensor group's sum of split tensors).
+double optim_norm_of_partials(gl_optim *o);
+// optim_fuse.c: optim_step of an armed step: the norm, then the chunks backward did not update.
+double optim_fuse_finish(gl_optim *o, gl_graph *g, double lr);
+
 // adam.c: a->b1 .. a->inv_sqrt_bc2 (bias corrections of the 1-based step t) and a->decayed
 // for learning rate lr.
 void adam_args(const gl_optim *o, double lr, int64_t t, gl_optim_args *a);

@@ -10,21 +10,22 @@
 #include "optim/optim_internal.h"
 #include "optim/optim_simd.h"
 
-// w, g, o->velocity are (n); each chunk by optim_simd's loop (the same arithmetic per element on
-// every instruction set).
+// Chunk ch of w, g and o->velocity (all (n)), by optim_simd's loop (the same arithmetic per
+// element on every instruction set).
+static void sgd_chunk(gl_optim *o, const gl_optim_args *a, const gl_optim_chunk *ch, float *w, float *g) {
+    const optim_sgd_k k = {.m = a->momentum, .wdc = ch->plain ? 0.0f : a->weight_decay, .step = a->lr,
+                           .coef = a->coef, .nesterov = a->nesterov, .clip = a->clip};
+    const int64_t lo = ch->offset;
+    optim_simd_get()->sgd(&k, ch->len, w + lo, g + lo, o->velocity ? o->velocity + lo : NULL);
+}
+
+// Every chunk, each by its owner thread (a->lr: the learning rate as a float).
 static void sgd_update(gl_optim *o, const gl_optim_args *a, double lr, float *w, float *g) {
-    (void)lr;  // a->lr, as a float
-    const optim_simd *os = optim_simd_get();
-    float *vel = o->velocity;
+    (void)lr;
     const gl_optim_chunk *ch = o->chunks;
 #pragma omp parallel
-    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++) {
-        if (optim_owner(&ch[c], nt) != me) continue;
-        const optim_sgd_k k = {.m = a->momentum, .wdc = ch[c].plain ? 0.0f : a->weight_decay, .step = a->lr,
-                               .coef = a->coef, .nesterov = a->nesterov, .clip = a->clip};
-        const int64_t lo = ch[c].offset;
-        os->sgd(&k, ch[c].len, w + lo, g + lo, vel ? vel + lo : NULL);
-    }
+    for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++)
+        if (optim_owner(&ch[c], nt) == me) sgd_chunk(o, a, &ch[c], w, g);
 }
 
 // The same on the backend's device (s0: the velocity, or NULL without momentum).
@@ -44,6 +45,7 @@ const gl_optim_rule optim_rule_sgd = {
     .state = {"velocity"},
     .keeps_state = sgd_keeps_state,
     .step = sgd_update,
+    .chunk_step = sgd_chunk,
     .device_step = sgd_device,
     .check = sgd_check,
 };

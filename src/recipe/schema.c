@@ -411,6 +411,12 @@ static const key_spec optimizer_keys[] = {
      "(the no-decay group of apex/timm; LAMB barely moves zero-initialised biases otherwise)"},
     {"clip_norm", KT_FLOAT, KF_OPTIONAL, NULL, 1e-12, 1e12, NULL, OFF(optimizer.clip_norm), NULL,
      "clip gradients to this global L2 norm before the update (unset: no clipping)"},
+    {"fuse", KT_BOOL, KF_DEFAULT, "true", NO_RANGE, NULL, OFF(optimizer.fuse), NULL,
+     "sgd and adamw on the CPU in one process: each layer's parameters are updated as soon as backward is "
+     "done with them, while their gradients are still in cache, instead of in one pass over all after "
+     "backward: the same results, faster. Applies only where nothing after backward changes the update "
+     "(no clip_norm, no fp16 loss scale, train.nonfinite: stop, one process, distributed.deterministic "
+     "false); elsewhere, and with false, the pass after backward"},
     {"schedule", KT_SECTION, KF_DEFAULT, NULL, NO_RANGE, NULL, 0, schedule_keys,
      "learning-rate rule: batch scaling, warmup, then decay"},
     KEY_END,

@@ -45,6 +45,7 @@ int run_finish(gl_run *u, int code) {
     if (!u->be->device) cpu_spin_describe(&u->spin, sum.threads_note, sizeof sum.threads_note);
     input_stage_describe(&u->stage, sum.input_note, sizeof sum.input_note);
     graph_replay_describe(&u->g, sum.replay_note, sizeof sum.replay_note);
+    optim_fuse_describe(&u->opt, sum.optim_note, sizeof sum.optim_note);
     if (code == GL_EXIT_OK && res->target_reached == 0) code = GL_EXIT_TARGET;
     sum.exit_code = code;
     run_mllog_stop(u, now_s(), &sum);

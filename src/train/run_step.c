@@ -83,7 +83,10 @@ static int step_update(gl_run *u, double l, double t3) {
     double norm = optim_step_scaled(&u->opt, &u->g, lr_at(&u->lr, u->step), c->ls.scale);
     prof_pop();
     u->t_now = now_s();
-    u->ph[PHASE_OPTIM] += u->t_now - t3;
+    // What ran inside backward (optim_fuse.c) counts as the optimizer's.
+    u->ph[PHASE_OPTIM] += u->t_now - t3 + u->opt.fuse.seconds;
+    u->ph[PHASE_BACKWARD] -= u->opt.fuse.seconds;
+    u->opt.fuse.seconds = 0.0;
     if (c->ls.on && (isfinite(norm) || c->ls.scale > GL_LOSS_SCALE_MIN)) {
         // fp16: an overflow above the floor is the scale's fault, not the model's.
         if (loss_scale_update(&c->ls, isfinite(norm)) == LOSS_SCALE_BACKED_OFF && u->d->rank == 0)
@@ -135,7 +138,15 @@ int run_step(gl_run *u) {
     u->ph[PHASE_DATA] += t1 - t0;
     int bad = 0;
     u->c.staged = staged;
+    // optimizer.fuse: the update in backward, where nothing after backward changes or undoes it
+    const char *no_fuse = d->world > 1                              ? "more than one process"
+                          : u->c.parts                               ? "distributed.deterministic sums parts"
+                          : u->c.ls.on                               ? "fp16 loss scaling"
+                          : r->train.nonfinite != NONFINITE_STOP     ? "train.nonfinite is skip"
+                                                                     : NULL;
+    optim_fuse_arm(&u->opt, &u->g, lr_at(&u->lr, u->step), no_fuse);
     double l = train_step(&u->c, &b, u->step, flags, &bad);
+    if (!isfinite(l)) optim_fuse_cancel(&u->opt);  // no backward ran
     u->c.staged = false;
     // A second chance for readers that were not done before the step.
     if (u->step + 1 < u->total_steps) input_stage_ahead(&u->stage, u->err);
