@@ -109,7 +109,9 @@ double optim_fuse_finish(gl_optim *o, gl_graph *g, double lr) {
     o->fuse.armed = false;
     g->params_done = NULL;
     // Chunks backward did not reach (a batch of no samples, whose gradients are zeros): their sums now.
-    optim_partials(o, g->grads, o->fuse.seen);
+    bool missed = false;
+    for (int c = 0; c < o->nchunks && !missed; c++) missed = o->fuse.seen[c] == 0;
+    if (missed) optim_partials(o, g->grads, o->fuse.seen);
     double norm = optim_norm_of_partials(o);
     if (!isfinite(norm)) return norm;  // the chunks not yet updated stay as they are
     // The norm is finite, so every chunk backward reached was updated; the others now.
