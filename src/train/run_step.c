@@ -71,8 +71,9 @@ static int step_nonfinite(gl_run *u, double l, int bad, int64_t n) {
 }
 
 // A finite loss l: the step's metrics, then the optimizer (t3: when the step ended). A
-// non-finite gradient norm leaves the weights untouched (optim_step skips it). GL_EXIT_OK or
-// GL_EXIT_RUNTIME.
+// non-finite gradient norm leaves the weights untouched (optim_step skips it), but for the
+// layers an update in backward reached first (optimizer.fuse): it is armed only with
+// train.nonfinite: stop, so such a run ends here, saving nothing. GL_EXIT_OK or GL_EXIT_RUNTIME.
 static int step_update(gl_run *u, double l, double t3) {
     train_ctx *c = &u->c;
     double v[GL_METRICS_PACKED];
