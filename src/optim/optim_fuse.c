@@ -64,7 +64,6 @@ static const char *fuse_refusal(const gl_optim *o, const gl_graph *g, const char
     if (!o->rule->chunk_step) return "this optimizer.type needs every gradient before any update";
     if (!isnan(o->clip_norm)) return "optimizer.clip_norm is set";
     if (o->split_sum || g->layer_done) return "the gradients are summed across processes";
-    if (g->be && g->be->device) return "the update runs on the GPU";
     return NULL;
 }
 
@@ -72,7 +71,8 @@ bool optim_fuse_arm(gl_optim *o, gl_graph *g, double lr, const char *refuse) {
     o->fuse.armed = false;
     o->fuse.seconds = 0.0;
     g->params_done = NULL;
-    if (!o->fuse.on || o->nchunks == 0) return false;
+    // A CPU feature: on a device the update is one pass after backward, and nothing is said.
+    if (!o->fuse.on || o->nchunks == 0 || (g->be && g->be->device)) return false;
     o->fuse.tried++;
     o->fuse.why_not = fuse_refusal(o, g, refuse);
     if (o->fuse.why_not) return false;

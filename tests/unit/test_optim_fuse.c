@@ -162,6 +162,18 @@ static void test_refusals(void **state)
     fmodel_free(&m);
     fmodel_build(&m, mlp, "  type: lamb\n  lr: 0.1\n", shape_1d(24));
     assert_false(optim_fuse_arm(&m.o, &m.g, 0.1, NULL));
+    optim_fuse_describe(&m.o, line, sizeof line);
+    assert_non_null(strstr(line, "needs every gradient"));
+    fmodel_free(&m);
+    fmodel_build(&m, mlp, sgd_all, shape_1d(24));
+    gl_backend dev = *backend_cpu();  // a device backend: the update stays one pass, said nowhere
+    dev.device = 1;
+    const gl_backend *cpu = m.g.be;
+    m.g.be = &dev;
+    assert_false(optim_fuse_arm(&m.o, &m.g, 0.1, NULL));
+    optim_fuse_describe(&m.o, line, sizeof line);
+    assert_string_equal(line, "");
+    m.g.be = cpu;
     fmodel_free(&m);
     fmodel_build(&m, mlp, sgd_all, shape_1d(24));
     assert_false(optim_fuse_arm(&m.o, &m.g, 0.1, "more than one process"));
