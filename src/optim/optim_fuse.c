@@ -117,13 +117,13 @@ double optim_fuse_finish(gl_optim *o, gl_graph *g, double lr) {
     if (missed) optim_partials(o, g->grads, o->fuse.seen);
     double norm = optim_norm_of_partials(o);
     if (!isfinite(norm)) return norm;  // the chunks not yet updated stay as they are
-    // The norm is finite, so every chunk backward reached was updated; the others now.
-    for (int c = 0; c < o->nchunks; c++) {
-        if (o->fuse.seen[c] == 2) continue;
-        int end = c;
-        while (end < o->nchunks && o->fuse.seen[end] != 2) end++;
-        fuse_chunks(o, c, end);
-        c = end;
+    // The norm is finite, so every chunk backward reached was updated; those it missed now.
+    if (missed) {
+        const gl_optim_chunk *ch = o->chunks;
+#pragma omp parallel
+        for (int c = 0, me = omp_get_thread_num(), nt = omp_get_num_threads(); c < o->nchunks; c++)
+            if (o->fuse.seen[c] == 0 && optim_owner(&ch[c], nt) == me)
+                o->rule->chunk_step(o, &o->fuse.a, &ch[c], g->params, g->grads);
     }
     o->steps++;
     o->fuse.steps++;
