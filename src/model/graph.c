@@ -133,7 +133,9 @@ static int64_t graph_fuse_views(gl_graph *g) {
 // Gives each input of a grad_is_dy layer (add, flatten) that it alone reads, once, the layer's
 // output gradient as its own (grad_shared, and the producer's grad_with): dx = dy without a copy,
 // one gradient buffer less. Not the model input (no gradient), not an input read twice by the
-// layer, not a producer whose gradient is already another's. Measured on a 2-core Xeon (AVX-512,
+// layer, not a producer whose gradient is already another's, and only where the layer writes
+// that input's gradient whole (sets_grad: graph_run_backward would otherwise clear it, and so
+// clear the layer's own output gradient, before its backward). Measured on a 2-core Xeon (AVX-512,
 // 2 threads): vit-tiny's 12 residual adds copied dy to the attention's and the MLP's outputs.
 static void graph_share_grads(gl_graph *g) {
     for (int i = 0; i < g->nlayers; i++) {
@@ -144,6 +146,7 @@ static void graph_share_grads(gl_graph *g) {
             bool again = false;
             for (int q = 0; q < l->nin; q++) again |= q != k && l->in[q] == l->in[k];
             if (!p || again || p->grad_with || graph_read_by_other(g, i, l->in[k])) continue;
+            if (!l->kind->sets_grad || !l->kind->sets_grad(l, g->be, k)) continue;
             l->grad_shared[k] = true;
             p->grad_with = l;
         }
