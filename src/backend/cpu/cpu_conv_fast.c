@@ -969,9 +969,7 @@ static void dwx_pad(const ig_plan *g, int64_t n, const float *x, float *xp) {
                 cpu_row_zero(row, Wp);
                 continue;
             }
-            cpu_row_zero(row, px);
-            cpu_row_copy(row + px, x + (q * D * H + z * H + y) * W, W);
-            cpu_row_zero(row + px + W, px);
+            cpu_row_pad(row, px, x + (q * D * H + z * H + y) * W, W, px);
         }
     }
 }

@@ -159,10 +159,8 @@ static void wg_pad(const wg_plan *g, int64_t ns, const float *x, float *xpad) {
                     cpu_row_zero(row, g->pd[2]);
                     continue;
                 }
-                const int64_t tail = g->pd[2] - p2 - g->in[2];
-                cpu_row_zero(row, p2);  // rows of a few dozen floats: cpu_rows.h
-                cpu_row_copy(row + p2, src + (iz * g->in[1] + iy) * g->in[2], g->in[2]);
-                cpu_row_zero(row + p2 + g->in[2], tail);
+                // rows of a few dozen floats: cpu_rows.h
+                cpu_row_pad(row, p2, src + (iz * g->in[1] + iy) * g->in[2], g->in[2], g->pd[2] - p2 - g->in[2]);
             }
     }
 }
@@ -576,8 +574,7 @@ static void wg_pad_dy(const wg_plan *g, int64_t ns, const float *dy, float *dyp)
                     cpu_row_zero(row, g->qd[2]);
                     continue;
                 }
-                cpu_row_copy(row, src + (z * g->out[1] + yy) * g->out[2], g->out[2]);
-                cpu_row_zero(row + g->out[2], g->qd[2] - g->out[2]);
+                cpu_row_pad(row, 0, src + (z * g->out[1] + yy) * g->out[2], g->out[2], g->qd[2] - g->out[2]);
             }
     }
 }

@@ -40,4 +40,11 @@ static inline void cpu_row_zero(float *d, int64_t n) {
     cpu_rows_tail(d + i, zeros, n - i);
 }
 
+// d = [left zeros, s[0, n), right zeros]: a padded map's row.
+static inline void cpu_row_pad(float *d, int64_t left, const float *s, int64_t n, int64_t right) {
+    cpu_row_zero(d, left);
+    cpu_row_copy(d + left, s, n);
+    cpu_row_zero(d + left + n, right);
+}
+
 #endif
