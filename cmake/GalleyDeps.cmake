@@ -3,7 +3,7 @@
 # Static policy (tests/e2e/test_static_link.sh checks it on the built binary):
 #   static (.a, full paths): libyaml; HDF5 (serial) + libsz + libaec + zlib;
 #                            OpenBLAS (pthread) + libgfortran + libquadmath
-#   dynamic:                 glibc (libm, libmvec, libpthread, libdl, librt), Open MPI (libmpi.so),
+#   dynamic:                 glibc (libm, libpthread, libdl, librt), Open MPI (libmpi.so),
 #                            and in CUDA builds later cuBLAS/cuDNN/NCCL; cudart is static.
 # Out: galley_deps (INTERFACE target), GALLEY_HAVE_MPI (0/1).
 set(_galley_multiarch "")
@@ -77,7 +77,7 @@ target_link_libraries(galley_deps INTERFACE
     "${GALLEY_HDF5_LIB}" "${GALLEY_SZ_LIB}" "${GALLEY_AEC_LIB}" "${GALLEY_Z_LIB}"
     "${GALLEY_OPENBLAS_LIB}" "${GALLEY_GFORTRAN_LIB}" "${GALLEY_QUADMATH_LIB}"
     "${GALLEY_GOMP_LIB}"
-    mvec m Threads::Threads ${CMAKE_DL_LIBS} rt)  # mvec: glibc's vector math (cpu_gelu.c)
+    m Threads::Threads ${CMAKE_DL_LIBS} rt)
 target_compile_options(galley_deps INTERFACE "$<$<COMPILE_LANGUAGE:C>:-fopenmp>")
 
 # Open MPI, dynamic: pkg-config ompi-c, else `mpicc --showme:*`.

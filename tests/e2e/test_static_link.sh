@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_static_link.sh: the release binary's static-link policy.
-#   dynamic only: glibc (libc, libm, libmvec, libpthread, libdl, librt, ld-linux), libgcc_s, Open MPI;
+#   dynamic only: glibc (libc, libm, libpthread, libdl, librt, ld-linux), libgcc_s, Open MPI;
 #   loaded at run time, never linked: the CUDA driver, cuBLAS, cuDNN, NCCL (the binary starts on
 #                 CPU-only nodes);
 #   never dynamic: libyaml, HDF5 (+ libsz, libaec), OpenBLAS (+ libgfortran, libquadmath), libgomp (OpenMP), cudart.
@@ -39,7 +39,7 @@ info "NEEDED: ${needed[*]:-(none)}"
 bad=()
 for lib in "${needed[@]}"; do
     case $lib in
-        libc.so.6 | libm.so.6 | libmvec.so.1 | libpthread.so.0 | libdl.so.2 | librt.so.1) ;;
+        libc.so.6 | libm.so.6 | libpthread.so.0 | libdl.so.2 | librt.so.1) ;;
         ld-linux-x86-64.so.2 | libgcc_s.so.1) ;;
         libmpi.so.*) ;;
         libcuda.so.1 | libcublas*.so.* | libcudnn*.so.* | libnccl.so.*)

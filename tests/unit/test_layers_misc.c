@@ -8,6 +8,9 @@
 
 #include <omp.h>
 
+#include "backend/cpu/cpu_kernels.h"
+#include "galley/cpu_isa.h"
+
 #define N 3  // rows run
 
 // ---- small helpers ----------------------------------------------------------------------------
@@ -1008,9 +1011,9 @@ static void test_relu_passes_equal_the_scalar_definitions(void **state)
     be->set_threads(2);
 }
 
-// GELU (cpu_gelu.c: libmvec's erff and expf 16 or 8 lanes at a time) against the erf formula in
+// GELU (cpu_gelu.c: galley's Phi and exp, 16 or 8 lanes at a time) against the erf formula in
 // double, forward and backward; an element's bits depend only on its value (not on its place in a
-// vector block, the padded tail included) and not on the thread count.
+// vector block or the scalar tail) and not on the thread count.
 static void test_gelu_matches_the_erf_formula(void **state)
 {
     (void)state;
@@ -1045,10 +1048,56 @@ static void test_gelu_matches_the_erf_formula(void **state)
     free(x), free(y), free(dy), free(dx), free(y2), free(dx2);
 }
 
+// cpu_gelu.c's accuracy, as its header states: Phi within 2.5e-7 absolute over [-16, 16] and, for
+// x < 0, within 5e-6 relative while Phi(x) >= 1e-30 (read from gelu(x) / x and from the backward
+// term); and the same bits on every instruction set this CPU has and in the scalar code, also for
+// 0, -0, the cut at |x| = 12.65, infinities and NaN.
+static void test_gelu_phi_accuracy_and_isa_bits(void **state)
+{
+    (void)state;
+    enum { NP = 1 << 18 };
+    float *x = malloc(sizeof(float) * NP), *y[3], *dx[3], *dy = malloc(sizeof(float) * NP);
+    for (int i = 0; i < NP; i++) x[i] = -16.0f + 32.0f * (float)i / (float)NP, dy[i] = 1.0f;
+    const float special[] = {0.0f, -0.0f, 12.6f, -12.6f, 12.7f, -12.7f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f};
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++) x[NP - 1 - i] = special[i];
+    const int best = cpu_isa_best();
+    for (int isa = 0; isa <= best; isa++) {
+        y[isa] = malloc(sizeof(float) * NP), dx[isa] = malloc(sizeof(float) * NP);
+        cpu_gelu_forward_isa(isa, NP, x, y[isa]);
+        cpu_gelu_backward_isa(isa, NP, x, dy, dx[isa], 1);
+        if (isa == 0) continue;
+        for (int i = 0; i < NP; i++)
+            if (memcmp(&y[isa][i], &y[0][i], sizeof(float)) || memcmp(&dx[isa][i], &dx[0][i], sizeof(float)))
+                fail_msg("gelu at %.9g: instruction set %d gives %.9g and %.9g, the scalar code %.9g and %.9g", x[i],
+                         isa, y[isa][i], dx[isa][i], y[0][i], dx[0][i]);
+    }
+    for (int i = 0; i < NP - 16; i++) {
+        const double v = x[i], cdf = 0.5 * erfc(-v / sqrt(2.0)), pdf = exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+        if (v == 0.0) continue;
+        const double phi = (double)y[0][i] / v;  // x Phi(x) / x: a division's rounding at most
+        if (!(fabs(phi - cdf) <= 2.5e-7 + 1e-7 * cdf))
+            fail_msg("Phi(%.9g) = %.9g from gelu, erfc gives %.9g", v, phi, cdf);
+        if (v < 0 && cdf >= 1e-30 && !(fabs(phi - cdf) <= 5e-6 * cdf))
+            fail_msg("Phi(%.9g) = %.9g from gelu, erfc gives %.9g: more than 5e-6 relative", v, phi, cdf);
+        const double d = cdf + v * pdf;
+        if (!(fabs(dx[0][i] - d) <= 5e-7 * fmax(1.0, fabs(v))))
+            fail_msg("gelu'(%.9g) = %.9g, erfc and exp give %.9g", v, dx[0][i], d);
+    }
+    // the special values: gelu(+-0) = 0, the cut, gelu(inf) = inf, gelu(-inf) = -inf * 0 (NaN, as
+    // x * 0.5 * (1 + erf(x / sqrt 2)) gives), NaN stays NaN
+    const float *ys = y[0] + NP - 1;
+    assert_true(ys[0] == 0.0f && ys[-1] == 0.0f);
+    assert_true(fabs(ys[-2] - 12.6f) <= 1e-6f && fabs(ys[-3]) < 1e-30f && ys[-4] == 12.7f && ys[-5] == -0.0f);
+    assert_true(ys[-6] == INFINITY && isnan(ys[-7]) && isnan(ys[-8]));
+    for (int isa = 0; isa <= best; isa++) free(y[isa]), free(dx[isa]);
+    free(x), free(dy);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu_matches_the_erf_formula),
+        cmocka_unit_test(test_gelu_phi_accuracy_and_isa_bits),
         cmocka_unit_test(test_max_pool_2d_matches_naive),
         cmocka_unit_test(test_max_pool_3d_matches_naive),
         cmocka_unit_test(test_avg_pool_2d_matches_naive),

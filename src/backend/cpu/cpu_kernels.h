@@ -31,6 +31,9 @@ void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, co
 // cpu_gelu.c: y = gelu(x); dx (+)= dy * gelu'(x) (set: dx = 0 + the term)
 void cpu_gelu_forward(int64_t n, const float *x, float *y);
 void cpu_gelu_backward(int64_t n, const float *x, const float *dy, float *dx, int set);
+// The same on a given instruction set (cpu_isa.h's numbers; tests: every one gives the same bits)
+void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y);
+void cpu_gelu_backward_isa(int isa, int64_t n, const float *x, const float *dy, float *dx, int set);
 double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                         const float *weights, float *dlogits);
 double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
