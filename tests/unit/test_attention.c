@@ -218,6 +218,35 @@ static void test_fast_paths_and_splits(void **state) {
     case_free(&a), case_free(&b);
 }
 
+// AVX2 and AVX-512 give the same bits (cpu_attention_body.h: both sum 16 lanes, folded alike; the
+// exponentials and products the same arithmetic): y, lse and dqkv, on shapes with T and E not
+// multiples of 16 (the partial last vector, the dot's tail), causal masks, dropout, and vit-tiny's
+// whole tiles (AVX-512's tile kernels against AVX2's general path). Skipped without AVX-512.
+static void test_avx2_gives_the_avx512_bits(void **state) {
+    (void)state;
+    if (cpu_attention_force(2, -1) != 2) {
+        cpu_attention_force(-1, -1);
+        skip();
+    }
+    const shape_t more[] = {{2, 70, 2, 17, 0, 0.3f}, {1, 130, 3, 32, 1, 0.1f}, {2, 33, 1, 24, 0, 0}};
+    for (int i = 0; i < NSHAPES + 3; i++) {
+        const shape_t sh = i < NSHAPES ? shapes[i] : more[i - NSHAPES];
+        case_t a = case_make(sh, 500 + 10 * (uint64_t)i), b = case_make(sh, 500 + 10 * (uint64_t)i);
+        cpu_attention_force(2, -1);
+        case_run(&a);
+        cpu_attention_force(1, -1);
+        case_run(&b);
+        cpu_attention_force(-1, -1);
+        const shape_t *s = &a.s;
+        if (memcmp(a.y, b.y, sizeof(float) * (size_t)y_size(s)) ||
+            memcmp(a.lse, b.lse, sizeof(float) * (size_t)(s->n * s->h * s->t)) ||
+            memcmp(a.dqkv, b.dqkv, sizeof(float) * (size_t)qkv_size(s)))
+            fail_msg("N %lld T %lld H %lld E %lld causal %d rate %g: AVX2 and AVX-512 differ", (long long)s->n,
+                     (long long)s->t, (long long)s->h, (long long)s->e, s->causal, s->rate);
+        case_free(&a), case_free(&b);
+    }
+}
+
 // The whole-tile kernels (AVX-512: full 64-key tiles of queries tiles of 12 rows or more, E of 32
 // to 64, no mask, no dropout) sum the general path's chains: y, lse and dqkv bit for bit with them
 // off, at both backward splits, on shapes with a partial last query tile of 12+ rows (its
@@ -531,6 +560,7 @@ int main(void) {
         cmocka_unit_test(test_kernel_with_dropout_matches_naive_with_the_same_draws),
         cmocka_unit_test(test_fast_paths_and_splits),
         cmocka_unit_test(test_tile_kernels_sum_the_general_chains),
+        cmocka_unit_test(test_avx2_gives_the_avx512_bits),
         cmocka_unit_test(test_vector_exponentials_agree),
         cmocka_unit_test(test_nan_score_reaches_the_output),
         cmocka_unit_test(test_dropout_backward_is_forwards_derivative),

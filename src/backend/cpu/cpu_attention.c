@@ -25,7 +25,8 @@
 // Instruction sets: the exponentials and row maxima have AVX-512 and AVX2+FMA versions
 // (cpu_attention_body.h, chosen at run time as the conv kernels choose theirs), whose tile
 // products are serial galley or OpenBLAS calls (mm_blas below), and a scalar set (plain loops, libm's expf);
-// they differ only in rounding. The table is for the earlier hand-written tile products
+// AVX2 and AVX-512 give the same bits (the same exponential, 16 lane sums on both), the scalar
+// set differs in rounding. The table is for the earlier hand-written tile products
 // (mm_blas's comment has the gain since). Measured (one thread of a shared 2-core AMD EPYC with AVX2, no AVX-512; N = H = 1,
 // E = 48, no mask, best of several runs, ms):
 //     T       scalar fwd / bwd      AVX2 fwd / bwd     (AVX2 forward: ~22 GFLOP/s of q k^T and p v)

@@ -93,16 +93,32 @@ AINLINE float AFN(hsum)(af v) {
     return h2[0] + h2[1];
 }
 
-// x[j] = e^(x[j] * scale - sub) for j < cnt; returns their sum (lane sums, then hsum).
+// The lane sums of both instruction sets are those of 16 lanes: AVX-512's one vector, or on AVX2
+// two (lanes 0-7 and 8-15 of each 16 elements), added together where AVX-512's hsum folds its
+// halves; so the sums, hence the attention's bits, are the same on both (test_attention).
+
+// v = e^(x[j..] * scale - sub) stored back (only below cnt), and v itself
+AINLINE af AFN(exp_part)(float *x, int64_t j, int64_t cnt, float scale, float sub) {
+    af v = AFN(vexp)(AFN(load_part)(x, j, cnt, -INFINITY) * scale - sub);
+    if (j + AW <= cnt) *(af_u *)(x + j) = v;
+    else
+        for (int64_t q = j; q < cnt; q++) x[q] = v[q - j];
+    return v;
+}
+
+// x[j] = e^(x[j] * scale - sub) for j < cnt; returns their sum (16 lane sums, then hsum).
 static float AFN(exp_row)(float *x, int64_t cnt, float scale, float sub) {
     af acc = (af){0};
-    for (int64_t j = 0; j < cnt; j += AW) {
-        af v = AFN(vexp)(AFN(load_part)(x, j, cnt, -INFINITY) * scale - sub);
-        acc += v;
-        if (j + AW <= cnt) *(af_u *)(x + j) = v;
-        else
-            for (int64_t q = j; q < cnt; q++) x[q] = v[q - j];
+#if AW == 16
+    for (int64_t j = 0; j < cnt; j += 16) acc += AFN(exp_part)(x, j, cnt, scale, sub);
+#else
+    af acc_hi = (af){0};
+    for (int64_t j = 0; j < cnt; j += 16) {
+        acc += AFN(exp_part)(x, j, cnt, scale, sub);
+        if (j + 8 < cnt) acc_hi += AFN(exp_part)(x, j + 8, cnt, scale, sub);
     }
+    acc += acc_hi;
+#endif
     return AFN(hsum)(acc);
 }
 
@@ -134,11 +150,21 @@ static void AFN(ds_row)(float *s, const float *dp, int64_t cnt, float d, float s
     for (; j < cnt; j++) s[j] = s[j] * (dp[j] - d) * scale;
 }
 
-// sum_j a[j] b[j] over j < cnt (lane sums, then hsum; the tail in order after).
+// sum_j a[j] b[j] over j < cnt (16 lane sums as exp_row's, then hsum; the tail past the last
+// whole 16 in order after).
 static float AFN(dot)(const float *a, const float *b, int64_t cnt) {
     af acc = (af){0};
     int64_t j = 0;
-    for (; j + AW <= cnt; j += AW) acc += *(const af_u *)(a + j) * *(const af_u *)(b + j);
+#if AW == 16
+    for (; j + 16 <= cnt; j += 16) acc += *(const af_u *)(a + j) * *(const af_u *)(b + j);
+#else
+    af acc_hi = (af){0};
+    for (; j + 16 <= cnt; j += 16) {
+        acc += *(const af_u *)(a + j) * *(const af_u *)(b + j);
+        acc_hi += *(const af_u *)(a + j + 8) * *(const af_u *)(b + j + 8);
+    }
+    acc += acc_hi;
+#endif
     float sum = AFN(hsum)(acc);
     for (; j < cnt; j++) sum += a[j] * b[j];
     return sum;
