@@ -12,7 +12,7 @@
 // absolute (about 4 float ulps of 0.5; glibc's erff form 0.5 (1 + erf(x / sqrt 2)), PyTorch's
 // and the earlier code's, is within 1.2e-7), and for x < 0 within 5e-6 relative down to
 // Phi(x) = 1e-30, where the erf form loses every digit (1 + erf cancels: 2.7e-5 relative at
-// x = -2.8, and 0 below x = -5.5). Where a^2 / 2 > 80 (|x| > 12.6) Phi(-a) and phi are taken
+// x = -2.8, and 0 from x = -5.17 down). Where a^2 / 2 > 80 (|x| > 12.6) Phi(-a) and phi are taken
 // as 0, which keeps every intermediate a normal float.
 //
 // Why not glibc's vector erff and expf (libmvec), as before: backward needs both, and each is a
