@@ -55,7 +55,7 @@ static const float phi_p[9] = {0.103762671f,  0.102957055f, 0.103445783f, 0.0494
 static const float exp_s[6] = {1.0f, 0.49999994f, 0.166665211f, 0.0416682549f, 0.00836867653f, 0.00138241996f};
 
 // Phi(x), and *e = exp(-x^2 / 2) (0 past the cut): the scalar form, whose operations the
-// vector twins below repeat lane by lane.
+// vector passes (cpu_gelu_body.h) repeat lane by lane.
 static float phi1(float x, float *e_out) {
     const float a = fabsf(x), h = x * x * 0.5f;
     const bool big = h > PHI_CUT;
@@ -89,89 +89,33 @@ static float gelu1_term(float x, float dy) {
 }
 
 #if GELU_VECTOR
-#define GELU512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
-#define GELU256 __attribute__((target("avx2,fma")))
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+#define GW 8
+#define GFN(name) name##_256
+#define GFMA(a, b, c) ((gv)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define GROUND(v) ((gv)_mm256_round_ps((__m256)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#define gm __m256
+#define GGT(a, b) _mm256_cmp_ps((__m256)(a), (__m256)(b), _CMP_GT_OQ)
+#define GLT(a, b) _mm256_cmp_ps((__m256)(a), (__m256)(b), _CMP_LT_OQ)
+#define GSEL(m, a, b) ((gv)_mm256_blendv_ps((__m256)(b), (__m256)(a), (m)))
+#define GZERO(m, v) ((gv)_mm256_andnot_ps((m), (__m256)(v)))
+#include "backend/cpu/cpu_gelu_body.h"
+#pragma GCC pop_options
 
-// phi1 on 16 lanes
-GELU512 static inline __m512 phi16(__m512 x, __m512 *e_out) {
-    const __m512 a = _mm512_abs_ps(x), h = _mm512_mul_ps(_mm512_mul_ps(x, x), _mm512_set1_ps(0.5f));
-    const __mmask16 big = _mm512_cmp_ps_mask(h, _mm512_set1_ps(PHI_CUT), _CMP_GT_OQ);
-    const __m512 z = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), h), _mm512_set1_ps(-PHI_CUT));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(EXP_LOG2E)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_LO), _mm512_fmadd_ps(n, _mm512_set1_ps(-EXP_LN2_HI), z));
-    __m512 s = _mm512_set1_ps(exp_s[5]);
-    for (int i = 4; i >= 0; i--) s = _mm512_fmadd_ps(s, r, _mm512_set1_ps(exp_s[i]));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    const __m512 e = _mm512_mul_ps(_mm512_fmadd_ps(s, r, _mm512_set1_ps(1.0f)), _mm512_castsi512_ps(bits));
-    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(a, _mm512_set1_ps(PHI_T), _mm512_set1_ps(1.0f)));
-    __m512 q = _mm512_set1_ps(phi_p[8]);
-    for (int i = 7; i >= 0; i--) q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(phi_p[i]));
-    const __m512 tail = _mm512_maskz_mov_ps((__mmask16)~big, _mm512_mul_ps(_mm512_mul_ps(t, q), e));
-    *e_out = _mm512_maskz_mov_ps((__mmask16)~big, e);
-    const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-    return _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), tail), tail);
-}
-
-// phi1 on 8 lanes
-GELU256 static inline __m256 phi8(__m256 x, __m256 *e_out) {
-    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-    const __m256 h = _mm256_mul_ps(_mm256_mul_ps(x, x), _mm256_set1_ps(0.5f));
-    const __m256 keep = _mm256_cmp_ps(h, _mm256_set1_ps(PHI_CUT), _CMP_NGT_UQ);  // not big
-    const __m256 z = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), h), _mm256_set1_ps(-PHI_CUT));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(z, _mm256_set1_ps(EXP_LOG2E)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_LO), _mm256_fmadd_ps(n, _mm256_set1_ps(-EXP_LN2_HI), z));
-    __m256 s = _mm256_set1_ps(exp_s[5]);
-    for (int i = 4; i >= 0; i--) s = _mm256_fmadd_ps(s, r, _mm256_set1_ps(exp_s[i]));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    const __m256 e = _mm256_mul_ps(_mm256_fmadd_ps(s, r, _mm256_set1_ps(1.0f)), _mm256_castsi256_ps(bits));
-    const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(a, _mm256_set1_ps(PHI_T), _mm256_set1_ps(1.0f)));
-    __m256 q = _mm256_set1_ps(phi_p[8]);
-    for (int i = 7; i >= 0; i--) q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(phi_p[i]));
-    const __m256 tail = _mm256_and_ps(keep, _mm256_mul_ps(_mm256_mul_ps(t, q), e));
-    *e_out = _mm256_and_ps(keep, e);
-    const __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-    return _mm256_blendv_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), tail), tail, neg);
-}
-
-// y[o, o + len) for whole blocks of 16 (AVX-512) or 8 (AVX2) from o
-GELU512 static void gelu16_forward(int64_t len, const float *x, float *y) {
-    for (int64_t i = 0; i + 16 <= len; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        __m512 e;
-        _mm512_storeu_ps(y + i, _mm512_mul_ps(v, phi16(v, &e)));
-    }
-}
-
-GELU256 static void gelu8_forward(int64_t len, const float *x, float *y) {
-    for (int64_t i = 0; i + 8 <= len; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        __m256 e;
-        _mm256_storeu_ps(y + i, _mm256_mul_ps(v, phi8(v, &e)));
-    }
-}
-
-// dx = (set ? 0 : dx) + dy gelu'(x), whole blocks
-GELU512 static void gelu16_backward(int64_t len, const float *x, const float *dy, float *dx, int set) {
-    for (int64_t i = 0; i + 16 <= len; i += 16) {
-        const __m512 v = _mm512_loadu_ps(x + i);
-        __m512 e;
-        const __m512 cdf = phi16(v, &e), pdf = _mm512_mul_ps(_mm512_set1_ps(R_SQRT2PI), e);
-        const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(dy + i), _mm512_fmadd_ps(v, pdf, cdf));
-        _mm512_storeu_ps(dx + i, _mm512_add_ps(set ? _mm512_setzero_ps() : _mm512_loadu_ps(dx + i), g));
-    }
-}
-
-GELU256 static void gelu8_backward(int64_t len, const float *x, const float *dy, float *dx, int set) {
-    for (int64_t i = 0; i + 8 <= len; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        __m256 e;
-        const __m256 cdf = phi8(v, &e), pdf = _mm256_mul_ps(_mm256_set1_ps(R_SQRT2PI), e);
-        const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(dy + i), _mm256_fmadd_ps(v, pdf, cdf));
-        _mm256_storeu_ps(dx + i, _mm256_add_ps(set ? _mm256_setzero_ps() : _mm256_loadu_ps(dx + i), g));
-    }
-}
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx2,fma")
+#define GW 16
+#define GFN(name) name##_512
+#define GFMA(a, b, c) ((gv)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define GROUND(v) ((gv)_mm512_roundscale_ps((__m512)(v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+#define gm __mmask16
+#define GGT(a, b) _mm512_cmp_ps_mask((__m512)(a), (__m512)(b), _CMP_GT_OQ)
+#define GLT(a, b) _mm512_cmp_ps_mask((__m512)(a), (__m512)(b), _CMP_LT_OQ)
+#define GSEL(m, a, b) ((gv)_mm512_mask_blend_ps((m), (__m512)(b), (__m512)(a)))
+#define GZERO(m, v) ((gv)_mm512_maskz_mov_ps((__mmask16)~(m), (__m512)(v)))
+#include "backend/cpu/cpu_gelu_body.h"
+#pragma GCC pop_options
 #endif
 
 // The vector width an instruction set runs (cpu_isa.h: 2 AVX-512, 1 AVX2+FMA, 0 none).
@@ -179,34 +123,33 @@ static int gelu_width(int isa) { return !GELU_VECTOR ? 1 : isa >= 2 ? 16 : isa =
 
 #define GELU_CHUNK 4096  // elements per OpenMP iteration (a multiple of 16)
 
-void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y) {
+// Chunk [o, o + len) of a pass: forward (dy NULL: out = gelu(x)) or backward (out = dx, (set ? 0
+// : dx) + dy gelu'(x)); whole vectors of width w, the rest by the scalar code (the same bits).
+static void gelu_chunk(int w, int64_t o, int64_t len, const float *x, const float *dy, float *out, int set) {
+    const int64_t vec = w == 1 ? 0 : len / w * w;
+#if GELU_VECTOR
+    if (w == 16) dy ? gelu_backward_512(vec, x + o, dy + o, out + o, set) : gelu_forward_512(vec, x + o, out + o);
+    if (w == 8) dy ? gelu_backward_256(vec, x + o, dy + o, out + o, set) : gelu_forward_256(vec, x + o, out + o);
+#endif
+    for (int64_t i = o + vec; i < o + len; i++)
+        out[i] = dy ? (set ? 0.0f : out[i]) + gelu1_term(x[i], dy[i]) : gelu1_forward(x[i]);
+}
+
+// A whole pass, in chunks split across threads.
+static void gelu_pass(int isa, int64_t n, const float *x, const float *dy, float *out, int set) {
     const int w = gelu_width(isa);
     const int64_t chunks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
     for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * GELU_CHUNK, len = n - o < GELU_CHUNK ? n - o : GELU_CHUNK;
-        const int64_t vec = w == 1 ? 0 : len / w * w;
-#if GELU_VECTOR
-        if (w == 16) gelu16_forward(vec, x + o, y + o);
-        if (w == 8) gelu8_forward(vec, x + o, y + o);
-#endif
-        for (int64_t i = o + vec; i < o + len; i++) y[i] = gelu1_forward(x[i]);
+        const int64_t o = c * GELU_CHUNK;
+        gelu_chunk(w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK, x, dy, out, set);
     }
 }
 
+void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y) { gelu_pass(isa, n, x, NULL, y, 0); }
+
 void cpu_gelu_backward_isa(int isa, int64_t n, const float *x, const float *dy, float *dx, int set) {
-    const int w = gelu_width(isa);
-    const int64_t chunks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * GELU_CHUNK, len = n - o < GELU_CHUNK ? n - o : GELU_CHUNK;
-        const int64_t vec = w == 1 ? 0 : len / w * w;
-#if GELU_VECTOR
-        if (w == 16) gelu16_backward(vec, x + o, dy + o, dx + o, set);
-        if (w == 8) gelu8_backward(vec, x + o, dy + o, dx + o, set);
-#endif
-        for (int64_t i = o + vec; i < o + len; i++) dx[i] = (set ? 0.0f : dx[i]) + gelu1_term(x[i], dy[i]);
-    }
+    gelu_pass(isa, n, x, dy, dx, set);
 }
 
 // x, y are (n)
