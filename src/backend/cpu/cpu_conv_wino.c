@@ -767,34 +767,32 @@ static int wg_algo(void) {
            "GALLEY_CONV_ALGO=%s: the values are auto, direct and winograd", v);
 }
 
-// Whether F(2,3) is worth it: it trades multiply-adds in the GEMM for transforms, which run
-// 8-wide (AVX2) on both ISAs, so the trade pays less where the GEMM is 16-wide. Each pass is
-// timed against the implicit GEMM at 2 threads (alternating the two, the best of each), as the
-// speed-up forward / input gradient / weight gradient. The Xeon's column was measured again
-// after wg_bt_axis lost its per-row division. (Its weight gradients, below 1 everywhere alone
-// with ample scratch, are not the whole story: in CosmoFlow's training, with the graph's work
-// buffer as scratch, the implicit GEMM's dW of 64 -> 128 on 8^3 took 0.387-0.397 s over 30
-// steps where F(2,3)'s took 0.316-0.320: the 3D rule for it stays.) In 2D, once wg_input_2d
-// kept W and H in registers (forward / input gradient): 32 -> 64 on 16x16 0.89 / 1.17, 64 -> 64
-// 1.30 / 1.37, 32 -> 32 0.86 / 0.93, 64 -> 128 on 8x8 1.25 / 1.43, 128 -> 128 1.40 / 1.43; the
-// small CNN's second layer's backward in training then 1.69-1.74 -> 1.65-1.68 s over 300 steps
-// with its input gradient by F(2,3) (which at 1.04-1.07 alone, before, had not gained).
+// Whether F(2,3) is worth it: it trades multiply-adds in the GEMM for transforms, whose gathers
+// run 8 lanes wide on both ISAs (their row passes 16 on AVX-512: cpu_conv_wino_axes.h), so the
+// trade pays less where the GEMM is 16-wide. Each pass is timed against the implicit GEMM at 2
+// threads (alternating the two, the best of each), as the speed-up forward / input gradient /
+// weight gradient. The Xeon's column was measured again (two runs: their range) once the row
+// passes went 16-wide; every rule below held. (Weight gradients alone with ample scratch are not
+// the whole story: in CosmoFlow's training, with the graph's work buffer as scratch, the implicit
+// GEMM's dW of 64 -> 128 on 8^3 took 0.387-0.397 s over 30 steps where F(2,3)'s took
+// 0.316-0.320, when alone it measured 0.92-0.94.) The small CNN's second layer's backward in
+// training went 1.69-1.74 -> 1.65-1.68 s over 300 steps with its input gradient by F(2,3).
 //
 //                                                    2-core EPYC (Zen 3,     2-core Xeon (AVX-512,
 //                                                    AVX2; best of 12)       best of 15)
-//   2D 32 -> 64 on 16x16, batch 64 (small CNN's 2nd)  1.15 / 1.17 / 1.31      0.81-0.83 / 1.04-1.07 / 0.46-0.49
-//   2D 64 -> 64 on 16x16, batch 64                    1.40 / 1.32 / 1.58      1.15 / 1.24 / 0.62
-//   2D 32 -> 32 on 16x16, batch 64                    1.03 / 1.05 / 1.00      0.78 / 0.84 / 0.46
-//   2D 64 -> 128 on 8x8, batch 64                            -                1.18 / 1.38 / 0.68
-//   2D 128 -> 128 on 8x8, batch 64                           -                1.39 / 1.42 / 0.83
-//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow's 2nd)    1.85 / 1.86 / 1.69      1.54 / 1.60 / 0.64
-//   3D 32 -> 64 on 10^3, batch 8 (cnn3d's 3rd)               -                1.59 / 1.79 / 0.73
-//   3D 64 -> 128 on 8^3, batch 8                      2.17 / 2.16 / 1.63      1.72 / 1.83-1.87 / 0.92-0.94
-//   3D 64 -> 128 on 6^3, batch 8 (27 tiles a sample)         -                1.36 / 1.55 / 0.93
-//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)  1.12 / 1.19 / 1.21      0.82-0.83 / 0.82-0.90 / 0.84-0.89
-//   3D 16 -> 16 on 20^3, batch 8                      1.51 / 1.51 / 1.21      1.23 / 1.32 / 0.60
-//   3D 16 -> 32 on 20^3, batch 8 (cnn3d's 2nd)               -                1.17 / 1.39 / 0.45
-//   3D 32 -> 32 on 20^3, batch 8                             -                1.47 / 1.54 / 0.69
+//   2D 32 -> 64 on 16x16, batch 64 (small CNN's 2nd)  1.15 / 1.17 / 1.31      1.03-1.06 / 1.12-1.15 / 0.58-0.59
+//   2D 64 -> 64 on 16x16, batch 64                    1.40 / 1.32 / 1.58      1.25-1.31 / 1.31-1.38 / 0.66-0.69
+//   2D 32 -> 32 on 16x16, batch 64                    1.03 / 1.05 / 1.00      0.96-1.02 / 1.03 / 0.51
+//   2D 64 -> 128 on 8x8, batch 64                            -                1.26-1.30 / 1.38-1.40 / 0.93-0.94
+//   2D 128 -> 128 on 8x8, batch 64                           -                1.28-1.39 / 1.38 / 1.04-1.05
+//   3D 32 -> 64 on 16^3, batch 8 (CosmoFlow's 2nd)    1.85 / 1.86 / 1.69      1.97-1.99 / 1.89-2.01 / 0.90
+//   3D 32 -> 64 on 10^3, batch 8 (cnn3d's 3rd)               -                1.86-1.92 / 2.23-2.31 / 0.90-0.91
+//   3D 64 -> 128 on 8^3, batch 8                      2.17 / 2.16 / 1.63      1.67-1.75 / 1.90-1.97 / 1.29-1.35
+//   3D 64 -> 128 on 6^3, batch 8 (27 tiles a sample)         -                1.27-1.44 / 1.58-1.77 / 1.35-1.36
+//   3D 128 -> 256 on 4^3, batch 8 (8 tiles a sample)  1.12 / 1.19 / 1.21      0.71-0.80 / 0.83-0.94 / 1.09-1.14
+//   3D 16 -> 16 on 20^3, batch 8                      1.51 / 1.51 / 1.21      1.64-1.72 / 1.67-1.74 / 0.45-0.46
+//   3D 16 -> 32 on 20^3, batch 8 (cnn3d's 2nd)               -                1.55-1.61 / 1.92-1.96 / 0.53-0.56
+//   3D 32 -> 32 on 20^3, batch 8                             -                1.86-1.90 / 1.90-1.95 / 0.77-0.78
 //   3D 256 -> 512 on 2^3, batch 8 (1 tile a sample)   0.38 / 0.47 / 1.03             -
 //   3D 4 -> 32 on 32^3, batch 8 (a first layer)       0.69 / 1.21 / 0.31             -
 //   3D 1 -> 16 on 40^3, batch 8                       0.56 / 0.86 / 0.16             -
