@@ -65,11 +65,13 @@ typedef struct {
 // compiled for AVX2 on both).
 #pragma GCC push_options
 #pragma GCC target("avx2")
+#define WW 8
 #define WGX(name) wg_##name##_256
 #include "backend/cpu/cpu_conv_wino_axes.h"
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2")
+#define WW 16
 #define WGX(name) wg_##name##_512
 #include "backend/cpu/cpu_conv_wino_axes.h"
 #pragma GCC pop_options

@@ -1,17 +1,19 @@
 // cpu_conv_wino_axes.h: cpu_conv_wino.c's passes over whole rows of WL lanes (B^T, A^T and A
 // along one axis; the bias and activation of the outputs), written once with GCC vector
-// extensions of 16 floats and compiled there twice under a target pragma: AVX2 (each vector two
-// 8-lane halves) and AVX-512 (one register); not a header of its own. Expects WL and WGX(name)
-// (suffixes a name; undefined at its end) from the includer. Additions, subtractions and one
-// comparison, lane by lane and in the scalar expressions' order (no contraction: the C11 build
-// keeps every operation), so the bits are the same on either instruction set.
+// extensions and compiled there twice under a target pragma: AVX2 (vectors of WW = 8 floats) and
+// AVX-512 (WW = 16); not a header of its own. Expects WL, WW (dividing WL) and WGX(name)
+// (suffixes a name) from the includer; WW and WGX are undefined at its end. Additions,
+// subtractions and one comparison, lane by lane and in the scalar expressions' order (no
+// contraction: the C11 build keeps every operation), so the bits are the same on either
+// instruction set. (Vectors of 16 floats under AVX2, two registers each, had the comparison
+// compiled lane by lane through the stack: cnn3d 10% slower on the AVX2 kernels.)
 #define wv WGX(wv)
 #define wvi WGX(wvi)
 #define wv_u WGX(wv_u)
-typedef float wv __attribute__((vector_size(64)));
-typedef int32_t wvi __attribute__((vector_size(64)));
-// Loads and stores at any address (as immintrin.h's __m512_u).
-typedef float wv_u __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float wv __attribute__((vector_size(WW * 4)));
+typedef int32_t wvi __attribute__((vector_size(WW * 4)));
+// Loads and stores at any address (as immintrin.h's __m256_u and __m512_u).
+typedef float wv_u __attribute__((vector_size(WW * 4), aligned(4), may_alias));
 #define WV(p) (*(wv_u *)(p))
 
 // B^T along the axis whose neighbours are st rows (of WL floats) apart in d [rows][WL], rows a
@@ -25,7 +27,7 @@ static void WGX(bt_axis)(float *d, int64_t rows, int64_t st, float *dst, int64_t
         for (int64_t r = b; r < b + st; r++) {  // the first rows of the lines in this block
             const float *r0 = d + r * WL, *r1 = r0 + st * WL, *r2 = r1 + st * WL, *r3 = r2 + st * WL;
             float *o0 = dst + r * ldd, *o1 = o0 + st * ldd, *o2 = o1 + st * ldd, *o3 = o2 + st * ldd;
-            for (int j = 0; j < WL; j += 16) {
+            for (int j = 0; j < WL; j += WW) {
                 const wv a = WV(r0 + j), b1 = WV(r1 + j), c = WV(r2 + j), e = WV(r3 + j);
                 WV(o0 + j) = a - c, WV(o1 + j) = b1 + c, WV(o2 + j) = c - b1, WV(o3 + j) = b1 - e;
             }
@@ -40,7 +42,7 @@ static void WGX(at_axis)(const float *src, int64_t lds, float *dst, int64_t na, 
             const float *m0 = src + ((a * 4 + 0) * nb + b) * lds, *m1 = m0 + nb * lds, *m2 = m1 + nb * lds;
             const float *m3 = m2 + nb * lds;
             float *o0 = dst + ((a * 2 + 0) * nb + b) * WL, *o1 = o0 + nb * WL;
-            for (int j = 0; j < WL; j += 16) {
+            for (int j = 0; j < WL; j += WW) {
                 const wv x0 = WV(m0 + j), x1 = WV(m1 + j), x2 = WV(m2 + j), x3 = WV(m3 + j);
                 WV(o0 + j) = (x0 + x1) + x2, WV(o1 + j) = (x1 - x2) - x3;
             }
@@ -56,7 +58,7 @@ static void WGX(a_axis)(const float *src, float *dst, int64_t ldd, int64_t na, i
             const float *d0 = src + ((a * 2 + 0) * nb + b) * WL, *d1 = d0 + nb * WL;
             float *m0 = dst + ((a * 4 + 0) * nb + b) * ldd, *m1 = m0 + nb * ldd, *m2 = m1 + nb * ldd;
             float *m3 = m2 + nb * ldd;
-            for (int j = 0; j < WL; j += 16) {
+            for (int j = 0; j < WL; j += WW) {
                 const wv x0 = WV(d0 + j), x1 = WV(d1 + j);
                 WV(m0 + j) = x0, WV(m1 + j) = x0 + x1, WV(m2 + j) = x0 - x1, WV(m3 + j) = z - x1;
             }
@@ -69,7 +71,7 @@ static void WGX(bias_act)(int64_t rows, float *o, bool bias, float b, cpu_store_
     if (!bias && !act.on) return;
     const wv z = {0}, bv = z + b, sv = z + act.slope;
     const bool relu = act.act == ACT_RELU;
-    for (int64_t i = 0; i < rows * WL; i += 16) {
+    for (int64_t i = 0; i < rows * WL; i += WW) {
         wv v = WV(o + i);
         if (bias) v = v + bv;
         if (act.on) {
@@ -85,3 +87,4 @@ static void WGX(bias_act)(int64_t rows, float *o, bool bias, float b, cpu_store_
 #undef wvi
 #undef wv_u
 #undef WGX
+#undef WW
