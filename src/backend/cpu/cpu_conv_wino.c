@@ -59,10 +59,11 @@ typedef struct {
 
 #if WG_BUILT
 // Compiled for AVX2 and for AVX-512: the same operations, so the same bits. Measured on a 2-core
-// Xeon (AVX-512, 2 threads): cnn3d (tests/bench) 274-280 -> 288-306 samples/s over 5 alternating
-// pairs of 150-step runs, its checkpoints bit for bit the same; B^T's pass 6.4% of the run's
-// samples -> 2.1%, the bias and activation 3.0% -> under 0.8% (the 8-lane passes had been
-// compiled for AVX2 on both).
+// Xeon (2 threads, alternating pairs of runs) against the 8-lane passes these replaced, which
+// were AVX2 code on both: on AVX-512, cnn3d (tests/bench) 279-280 -> 307 samples/s (4 pairs),
+// CosmoFlow at 32^3 median +8% (6 pairs), B^T's pass 6.4% of cnn3d's samples -> 2.1% and the bias
+// and activation 3.0% -> under 0.8%; on the AVX2 kernels (GALLEY_CPU_ISA=avx2) cnn3d +1.8%,
+// CosmoFlow +3.7%, the small CNN +2.6% (medians of 4-5 pairs).
 #pragma GCC push_options
 #pragma GCC target("avx2")
 #define WW 8
