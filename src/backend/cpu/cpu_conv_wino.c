@@ -215,7 +215,6 @@ typedef struct {
     bool oct[WL / 8];  // lanes 8q .. 8q+7 read patches side by side along W: base 2 apart
 } wg_lanes;
 
-
 // B^T of 4 values a line: d0 - d2, d1 + d2, d2 - d1, d1 - d3, on 8 lanes (b8) or 4 (b4).
 #define WG_BT(T, sub, add, x)                                                                          \
     do {                                                                                               \
@@ -360,7 +359,6 @@ WG_TARGET static void wg_input(const wg_plan *g, const float *xpad, const wg_lan
     }
 }
 
-
 // The outputs of channel f for the batch's lanes, from M [e][f][WL] (e's blocks g->ms apart): A^T along W, then H and D
 // where transformed, through d (E rows of room); returns them, [ta0][ta1][2][WL].
 static float *wg_output_tile(const wg_plan *g, const float *m, int64_t f, float *d) {
@@ -386,7 +384,6 @@ static void wg_bias_act(const wg_plan *g, float *o, int64_t f, const float *bias
 }
 
 // ---- driver ------------------------------------------------------------------------------------
-
 
 static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t count, wg_lanes *l) {
     bool whole[WL];
@@ -415,7 +412,6 @@ static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t coun
                      l->ybase[j + 2] == l->ybase[j] + 4 && l->ybase[j + 3] == l->ybase[j] + 6;
     }
 }
-
 
 // y (channel f) of the lanes' tiles = o (+ bias, then the activation, in place in o), or y += o
 // when acc. A quad's rows of 8 outputs go as two vectors (o's two W rows interleaved); other lanes
@@ -571,7 +567,6 @@ static void wg_pad_dy(const wg_plan *g, int64_t ns, const float *dy, float *dyp)
             }
     }
 }
-
 
 // Two floats (no further: the last of dy's padded rows may end scratch) in the low half.
 WG_TARGET static inline __m128 wg_load2(const float *p) {

@@ -2,10 +2,10 @@
 // along one axis; the bias and activation of the outputs), written once with GCC vector
 // extensions and compiled there twice under a target pragma: AVX2 (vectors of WW = 8 floats) and
 // AVX-512 (WW = 16); not a header of its own. Expects WL, WW (dividing WL) and WGX(name)
-// (suffixes a name) from the includer; WW and WGX are undefined at its end. Additions,
-// subtractions and one comparison, lane by lane and in the scalar expressions' order (no
-// contraction: the C11 build keeps every operation), so the bits are the same on either
-// instruction set. (Vectors of 16 floats under AVX2, two registers each, had the comparison
+// (suffixes a name) from the includer, and int32_t, bool, cpu_store_act and ACT_RELU; WW and
+// WGX are undefined at its end. Additions, subtractions, leaky_relu's product and selects, lane
+// by lane and in the scalar expressions' order (no contraction: the C11 build keeps every
+// operation), so the bits are the same on either instruction set. (Vectors of 16 floats under AVX2, two registers each, had the comparison
 // compiled lane by lane through the stack: cnn3d 10% slower on the AVX2 kernels.)
 #define wv WGX(wv)
 #define wvi WGX(wvi)
@@ -66,10 +66,12 @@ static void WGX(a_axis)(const float *src, float *dst, int64_t ldd, int64_t na, i
 }
 
 // rows x WL outputs o, in place: o + b where bias (b its value), then the activation as
-// wg_act computes it (relu: v > 0 ? v : 0; leaky: v > 0 ? v : slope v; NaN fails v > 0).
+// cpu_act_forward computes it (relu: v > 0 ? v : 0; leaky: v > 0 ? v : slope v; NaN fails
+// v > 0). b and the slope go to every lane as b - 0 (b itself, -0 included: 0 + b would make a
+// bias of -0 +0, and an output of -0 plus it +0 rather than -0).
 static void WGX(bias_act)(int64_t rows, float *o, bool bias, float b, cpu_store_act act) {
     if (!bias && !act.on) return;
-    const wv z = {0}, bv = z + b, sv = z + act.slope;
+    const wv z = {0}, bv = b - z, sv = act.slope - z;
     const bool relu = act.act == ACT_RELU;
     for (int64_t i = 0; i < rows * WL; i += WW) {
         wv v = WV(o + i);
