@@ -1,9 +1,10 @@
 // cpu_gelu_body.h: cpu_gelu.c's vector passes, written once with GCC vector extensions and
 // compiled there twice under a target pragma (AVX2: GW 8, AVX-512: GW 16); not a header of its
 // own. Expects from the includer GW (lanes), GFN(name) (suffixes a name), GFMA(a, b, c) (a fused
-// multiply-add of three vectors; all undefined at its end), GROUND(v) (rounding to the nearest integer, ties to even), and
+// multiply-add of three vectors), GROUND(v) (rounding to the nearest integer, ties to even), and
 // lane masks as the instruction set keeps them: gm their type, GGT(a, b) and GLT(a, b) (ordered
-// comparisons: false for NaN), GSEL(m, a, b) (a where m, else b) and GZERO(m, v) (0 where m).
+// comparisons: false for NaN), GSEL(m, a, b) (a where m, else b) and GZERO(m, v) (0 where m);
+// all of them undefined at its end.
 // Every operation is phi1's, lane by lane and in its order (no contraction: the C11 build keeps
 // a * b + c two roundings), so the bits are the scalar code's on either instruction set.
 #define gv GFN(gv)
