@@ -48,10 +48,10 @@ same_bits small "${small[@]}"
 info "the same bits at every thread count and unfused"
 
 # The runs above took Winograd's F(2,3) (cpu_conv_wino.c) for the passes cpu_conv_wino_worth
-# finds worth it on this CPU (on AVX2 all of small_cnn's second convolution, on AVX-512 none of
-# it). Forced with GALLEY_CONV_ALGO=winograd it gives the same bits at 1 and 2 threads, and other
-# bits than GALLEY_CONV_ALGO=direct (the implicit GEMM throughout), losses within 1e-4 of them; an
-# unknown value ends the run with exit 2, naming the values.
+# finds worth it on this CPU (on AVX2 all of small_cnn's second convolution, on AVX-512 its
+# forward and input gradient). Forced with GALLEY_CONV_ALGO=winograd it gives the same bits at 1
+# and 2 threads, and other bits than GALLEY_CONV_ALGO=direct (the implicit GEMM throughout),
+# losses within 1e-4 of them; an unknown value ends the run with exit 2, naming the values.
 GALLEY_CONV_ALGO=winograd train 1 small-wino1 "${small[@]}" train.threads=1
 GALLEY_CONV_ALGO=winograd train 1 small-wino2 "${small[@]}" train.threads=2
 same_losses small-wino1 small-wino2 0

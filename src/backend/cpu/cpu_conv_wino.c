@@ -213,6 +213,8 @@ typedef struct {
     int64_t sample[WL], tile[WL];                       // the lane's sample (of the run) and tile in it
     bool live[WL], quad[WL / 4];
     bool oct[WL / 8];  // lanes 8q .. 8q+7 read patches side by side along W: base 2 apart
+    bool run;           // every lane a tile, all of one sample, in tile order (wg_store_pool's vectors)
+    int32_t abase[WL];  // the lane's first output's offset in its output plane (wg_store_pool)
 } wg_lanes;
 
 // B^T of 4 values a line: d0 - d2, d1 + d2, d2 - d1, d1 - d3, on 8 lanes (b8) or 4 (b4).
@@ -401,7 +403,9 @@ static void wg_lanes_make(const wg_plan *g, int64_t s0, int64_t T0, int64_t coun
         l->dbase[j] = s * g->f * g->q_pos + (o[0] * g->qd[1] + o[1]) * g->qd[2] + o[2];
         l->live[j] = T0 + j < count;
         l->sample[j] = s0 + s, l->tile[j] = t % g->tiles;
+        l->abase[j] = (int32_t)((o[0] * g->out[1] + o[1]) * g->out[2] + o[2]);
     }
+    l->run = l->live[WL - 1] && l->sample[WL - 1] == l->sample[0] && l->tile[WL - 1] == l->tile[0] + WL - 1;
     for (int q = 0; q < WL / 8; q++) {
         l->oct[q] = true;
         for (int i = 1; i < 8; i++) l->oct[q] = l->oct[q] && l->base[8 * q + i] == l->base[8 * q] + 2 * i;
@@ -457,6 +461,11 @@ static bool wg_pool_fits(const wg_plan *g, const cpu_store_pool *pool) {
 // activation, in place) is each lane's window, its rows in the window's scan order (d, h, w), so
 // the winner (the first of equal values; NaN wins) goes to pool->y at the tile's index and its
 // offset in the output plane to pool->argmax: the bits of wg_store then cpu_max_pool_forward.
+// Where the batch's 32 tiles follow each other in one sample (l->run: every batch of a map of a
+// multiple of 32 tiles), their pooled values and argmaxes are consecutive too and go out as
+// vectors; elsewhere lane by lane. Measured on a 2-core Xeon (AVX-512, 2 threads, best of 300):
+// the small CNN's 32 -> 64 on 16x16 (batch 64) forward with its pool 1.58-1.59 -> 1.32-1.36 ms
+// (the lane-by-lane stores had been 23% of it); on the AVX2 kernels 2.23 -> 2.01 ms.
 WG_TARGET static void wg_store_pool(const wg_plan *g, const wg_lanes *l, float *o, int64_t f, const float *bias,
                                     cpu_store_act act, const cpu_store_pool *pool) {
     const int64_t taps = 2 * g->ta[0] * g->ta[1], H = g->out[1], W = g->out[2];  // the window's outputs
@@ -470,9 +479,21 @@ WG_TARGET static void wg_store_pool(const wg_plan *g, const wg_lanes *l, float *
             bv = _mm256_blendv_ps(bv, v, win);
             bi = _mm256_blendv_ps(bi, _mm256_set1_ps((float)r), win);
         }
+        if (l->run) {  // 8 windows side by side: i0 H W + i1 W + i2 past each lane's abase, as below
+            const int64_t q = (l->sample[0] * g->f + f) * g->tiles + l->tile[0] + j;
+            const __m256i r = _mm256_cvttps_epi32(bi), one = _mm256_set1_epi32(1);
+            const __m256i i0 = _mm256_srli_epi32(r, 2), i1 = _mm256_and_si256(_mm256_srli_epi32(r, 1), one);
+            __m256i at8 = _mm256_loadu_si256((const __m256i *)(const void *)(l->abase + j));
+            at8 = _mm256_add_epi32(at8, _mm256_mullo_epi32(i0, _mm256_set1_epi32((int32_t)(H * W))));
+            at8 = _mm256_add_epi32(at8, _mm256_mullo_epi32(i1, _mm256_set1_epi32((int32_t)W)));
+            at8 = _mm256_add_epi32(at8, _mm256_and_si256(r, one));
+            _mm256_storeu_ps(pool->y + q, bv);
+            _mm256_storeu_si256((__m256i *)(void *)(pool->argmax + q), at8);
+            continue;
+        }
         _mm256_storeu_ps(best + j, bv), _mm256_storeu_ps(at + j, bi);
     }
-    for (int j = 0; j < WL; j++) {
+    for (int j = 0; j < WL && !l->run; j++) {
         if (!l->live[j]) continue;
         const int r = (int)at[j], i0 = r / 4, i1 = r / 2 % 2, i2 = r % 2;  // r = (i0 ta1 + i1) 2 + i2
         const int64_t q = (l->sample[j] * g->f + f) * g->tiles + l->tile[j];
@@ -795,17 +816,26 @@ static int wg_algo(void) {
 //   3D 4 -> 32 on 32^3, batch 8 (a first layer)       0.69 / 1.21 / 0.31             -
 //   3D 1 -> 16 on 40^3, batch 8                       0.56 / 0.86 / 0.16             -
 //
+// The 2D forward again once wg_store_pool stored whole batches as vectors (Xeon, best of 100, two
+// runs, batch 64), plain / with its 2 x 2 max pool fused into the store (against the implicit
+// GEMM's fused pool): 32 -> 64 on 16x16 1.06-1.07 / 1.27-1.29, 64 -> 32 1.17 / 1.28-1.29, 32 ->
+// 64 on 32x32 1.04-1.05 / 1.35, 32 -> 32 on 16x16 0.94-0.95 / 1.11, on 32x32 0.84-0.86, 32 -> 48
+// 0.98-1.00, 16 -> 32 - / 0.93-0.97, 16 -> 16 - / 0.78-0.80. So 2D forwards take F(2,3) where the
+// input gradient does (32+ channels one side, 64+ the other): the choice cannot hang on the pool,
+// whose fusion must not change a run's bits (model.fuse: false). The small CNN (tests/bench),
+// whose 2nd layer's forward this moved to F(2,3): +6.7% and +4.6% by median in two series of
+// alternating pairs (8 and 6; 7,269-7,569 -> 7,589-7,919 samples/s in the first).
+//
 // Everywhere: few channels make the small GEMMs memory-bound (M is 8x (3D) or 4x (2D) the
 // output), and maps of fewer than 8 tiles a sample spend their lanes and the kernel transform on
-// padding. On AVX-512 besides: in 2D the forward with 64+ channels both sides, the input
-// gradient with 32+ and 64+, never the weight gradient; in 3D forward and input gradient on maps
-// of 27+ tiles, the weight gradient with 64+. On the EPYC every pass of these layers stays F(2,3).
+// padding. On AVX-512 besides: in 2D the forward and the input gradient with 32+ channels one
+// side and 64+ the other, never the weight gradient; in 3D forward and input gradient on maps of
+// 27+ tiles, the weight gradient with 64+. On the EPYC every pass of these layers stays F(2,3).
 bool cpu_conv_wino_worth(int isa, cpu_conv_pass pass, int dims, int64_t n, int64_t c, int64_t f, int64_t tiles) {
     const int64_t few = c < f ? c : f;
     if (few < 16 || tiles < 8 || n * tiles < 2 * WL) return false;
     if (isa != CPU_ISA_AVX512) return true;
-    if (dims == 2)
-        return pass == CPU_CONV_INPUT_GRAD ? few >= 32 && (c > f ? c : f) >= 64 : pass == CPU_CONV_FORWARD && few >= 64;
+    if (dims == 2) return pass != CPU_CONV_WEIGHT_GRAD && few >= 32 && (c > f ? c : f) >= 64;
     return pass == CPU_CONV_WEIGHT_GRAD ? few >= 64 : tiles >= 27;
 }
 
