@@ -1077,6 +1077,10 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
         {.c = 2, .f = 3, .in = {1, 2, 2}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 1},
         // 399 tiles a sample: the weight gradient's chunks of 256 tiles, one ending mid-batch
         {.c = 3, .f = 5, .in = {1, 42, 38}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 2},
+        // samples enough to go a sample a thread (wg_run) at 2 and 3 threads, against 1 thread's
+        // shared batches: 20 tiles a sample (a part-empty batch each), 3D with 24
+        {.c = 3, .f = 4, .in = {1, 9, 11}, .k = {1, 3, 3}, .p = {0, 0, 0}, .n = 6},
+        {.c = 5, .f = 7, .in = {5, 7, 3}, .k = {3, 3, 3}, .p = {1, 1, 1}, .n = 6},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_wino(&cases[i], (cpu_store_act){0});
     check_wino(&cases[0], (cpu_store_act){.on = true, .act = ACT_RELU});
