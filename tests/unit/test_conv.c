@@ -1078,9 +1078,11 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
         // 399 tiles a sample: the weight gradient's chunks of 256 tiles, one ending mid-batch
         {.c = 3, .f = 5, .in = {1, 42, 38}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 2},
         // samples enough to go a sample a thread (wg_run) at 2 and 3 threads, against 1 thread's
-        // shared batches: 20 tiles a sample (a part-empty batch each), 3D with 24
+        // shared batches: 20 tiles a sample (a part-empty batch each), 3D with 24, and 72 (two
+        // whole batches a sample and a part-empty one)
         {.c = 3, .f = 4, .in = {1, 9, 11}, .k = {1, 3, 3}, .p = {0, 0, 0}, .n = 6},
         {.c = 5, .f = 7, .in = {5, 7, 3}, .k = {3, 3, 3}, .p = {1, 1, 1}, .n = 6},
+        {.c = 3, .f = 4, .in = {1, 16, 18}, .k = {1, 3, 3}, .p = {0, 1, 1}, .n = 6},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_wino(&cases[i], (cpu_store_act){0});
     check_wino(&cases[0], (cpu_store_act){.on = true, .act = ACT_RELU});
@@ -1098,7 +1100,7 @@ static void test_conv_winograd_matches_exact_sums(void **state) {
     assert_false(cpu_conv_wino_input_grad(4, 32, 32, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     setenv("GALLEY_CONV_ALGO", "auto", 1);
     // 64 channels both sides: worth it on both ISAs (AVX-512 takes 2D forward and input gradient
-    // from 64 channels); 3 input channels: on neither.
+    // with 32+ channels one side and 64+ the other); 3 input channels: on neither.
     assert_true(cpu_conv_wino_input_grad(4, 64, 64, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     assert_false(cpu_conv_wino_input_grad(4, 64, 3, sp, sp, k3, d1, p1, NULL, NULL, NULL, true, NULL, 1 << 20));
     unsetenv("GALLEY_CONV_ALGO");

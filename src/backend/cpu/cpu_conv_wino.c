@@ -182,7 +182,7 @@ static void wg_pack(const wg_plan *g, int64_t mr, bool flip, const float *w, flo
 static void wg_pad(const wg_plan *g, int64_t ns, const float *x, float *xpad) {
     const int64_t in_pos = g->in[0] * g->in[1] * g->in[2];
     const int64_t p0 = g->on[0] ? g->p[0] : 0, p1 = g->on[1] ? g->p[1] : 0, p2 = g->p[2];
-#pragma omp parallel for schedule(static) if (ns * g->c * g->pad_pos >= 65536)
+#pragma omp parallel for schedule(static) if (ns * g->c * g->pad_pos >= 65536 && !omp_in_parallel())
     for (int64_t sc = 0; sc < ns * g->c; sc++) {
         const float *src = x + sc * in_pos;
         float *dst = xpad + sc * g->pad_pos;
@@ -210,7 +210,7 @@ static void wg_tile_index(const wg_plan *g, int64_t t, int64_t ti[3]) {
 // quad[q]: lanes 4q .. 4q+3 are tiles side by side along W, all of their outputs inside the map.
 typedef struct {
     int64_t base[WL], ybase[WL], dbase[WL], oi[WL][3];  // dbase: in the padded dy (weight gradient)
-    int64_t sample[WL], tile[WL];                       // the lane's sample (of the run) and tile in it
+    int64_t sample[WL], tile[WL];                       // the lane's sample (in the call) and tile in it
     bool live[WL], quad[WL / 4];
     bool oct[WL / 8];  // lanes 8q .. 8q+7 read patches side by side along W: base 2 apart
     bool run;           // every lane a tile, all of one sample, in tile order (wg_store_pool's vectors)
@@ -535,11 +535,12 @@ static void wg_batch(const wg_plan *g, const wg_job *jb, const float *xpad, cons
             wg_store(g, lanes, wg_output_tile(g, m, f, d), f, jb->bias, jb->acc, jb->act, jb->y);
 }
 
-// y = conv(x) + bias (act), or y += conv(x) when acc. Where the samples share out evenly among the
-// threads (a multiple of them, two or more each, or 8 or more each), threads take whole samples:
-// each pads its sample into its own buffer and runs that sample's batches (the last part empty
-// where the tiles are not a multiple of WL), so the batches read a padded input its own core has
-// just written. Otherwise over the samples in chunks whose padded input fits scratch after U and
+// y = conv(x) + bias (act), or y += conv(x) when acc. Where the samples share out well among the
+// threads (a multiple of them, two or more each; or 8 or more each, at most one more for some)
+// and scratch holds a padded sample per thread, threads take whole samples: each pads its sample
+// into its own buffer (wg_pad then runs on the calling thread alone) and runs that sample's
+// batches (the last part empty where the tiles are not a multiple of WL), so the batches read a
+// padded input its own core has just written. Otherwise over the samples in chunks whose padded input fits scratch after U and
 // the threads' buffers, each chunk padded by all threads and its batches shared out, whose reads
 // came from L3 (the whole chunk's pad was written before any batch read it): wg_input_oct's loads
 // were its hot spot. Measured on a 2-core Xeon (AVX-512, 2 threads, best of 30-200, ms, forward
