@@ -540,15 +540,16 @@ static void wg_batch(const wg_plan *g, const wg_job *jb, const float *xpad, cons
 // and scratch holds a padded sample per thread, threads take whole samples: each pads its sample
 // into its own buffer (wg_pad then runs on the calling thread alone) and runs that sample's
 // batches (the last part empty where the tiles are not a multiple of WL), so the batches read a
-// padded input its own core has just written. Otherwise over the samples in chunks whose padded input fits scratch after U and
-// the threads' buffers, each chunk padded by all threads and its batches shared out, whose reads
-// came from L3 (the whole chunk's pad was written before any batch read it): wg_input_oct's loads
-// were its hot spot. Measured on a 2-core Xeon (AVX-512, 2 threads, best of 30-200, ms, forward
-// with its pool / backward (dW + dX)): the small CNN's 32 -> 64 on 16x16 1.34 -> 1.30 / 3.58 ->
-// 3.45; 3D (batch 8) 16 -> 32 on 20^3 3.53 -> 2.97 / 9.58 -> 8.78, 32 -> 64 on 10^3 1.34 -> 1.26 /
-// 4.43 -> 4.31, on 16^3 4.46 -> 4.22 / 15.7 -> 15.4. In training (alternating pairs, medians): the
-// small CNN +3.1% (6), cnn3d +5.7% (5), CosmoFlow at 32^3 +0.6% (4). The same tiles, each summed
-// alone: the same bits. false (nothing done): too little scratch.
+// padded input its own core has just written. Otherwise over the samples in chunks whose padded
+// input fits scratch after U and the threads' buffers, each chunk padded by all threads and its
+// batches shared out, whose reads came from L3 (the whole chunk's pad was written before any
+// batch read it): wg_input_oct's loads were its hot spot. Measured on a 2-core Xeon (AVX-512, 2
+// threads, best of 30-200, ms, forward with its pool / backward (dW + dX)): the small CNN's 32 ->
+// 64 on 16x16 1.34 -> 1.30 / 3.58 -> 3.45; 3D (batch 8) 16 -> 32 on 20^3 3.53 -> 2.97 / 9.58 ->
+// 8.78, 32 -> 64 on 10^3 1.34 -> 1.26 / 4.43 -> 4.31, on 16^3 4.46 -> 4.22 / 15.7 -> 15.4. In
+// training (alternating pairs, medians): the small CNN +3.1% (6), cnn3d +5.7% (5), CosmoFlow at
+// 32^3 +0.6% (4). The same tiles, each summed alone: the same bits. false (nothing done): too
+// little scratch.
 static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const float *w, const float *bias, bool acc,
                    float *y, float *scratch, int64_t scratch_floats, cpu_store_act act, cpu_store_pool *pool) {
     int mr = 0;
@@ -575,7 +576,8 @@ static bool wg_run(const wg_plan *g, int64_t n, bool flip, const float *x, const
 #pragma omp parallel num_threads((int)threads)
         {
             const int64_t me = omp_get_thread_num();
-            float *v = bufs + me * per, *m = v + g->E * g->vs, *d = m + g->E * g->ms, *xp = xpad + me * g->c * g->pad_pos;
+            float *v = bufs + me * per, *m = v + g->E * g->vs, *d = m + g->E * g->ms;
+            float *xp = xpad + me * g->c * g->pad_pos;  // this thread's padded sample
             wg_lanes lanes;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t s = 0; s < n; s++) {

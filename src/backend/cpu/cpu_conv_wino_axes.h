@@ -5,8 +5,9 @@
 // (suffixes a name) from the includer, and int32_t, bool, cpu_store_act and ACT_RELU; WW and
 // WGX are undefined at its end. Additions, subtractions, leaky_relu's product and selects, lane
 // by lane and in the scalar expressions' order (no contraction: the C11 build keeps every
-// operation), so the bits are the same on either instruction set. (Vectors of 16 floats under AVX2, two registers each, had the comparison
-// compiled lane by lane through the stack: cnn3d 10% slower on the AVX2 kernels.)
+// operation), so the bits are the same on either instruction set. (Vectors of 16 floats under
+// AVX2, two registers each, had the comparison compiled lane by lane through the stack: cnn3d 10%
+// slower on the AVX2 kernels.)
 #define wv WGX(wv)
 #define wvi WGX(wvi)
 #define wv_u WGX(wv_u)
