@@ -9,6 +9,7 @@
 // before it), so no vector reads past an operand, and C's padding columns must stay untouched.
 #include "testlib.h"
 
+#include <cblas.h>
 #include <omp.h>
 #include <stdint.h>
 
@@ -138,13 +139,69 @@ static void test_gemm_fast_declines_small_products(void **state) {
     for (int i = 0; i < 11 * 40; i++) assert_true(c[i] == 7.0f);
 }
 
+// cpu_gemm_depth (cpu_gemm.c: a weight gradient over many rows): the part count is the shape's,
+// and C is ((P0 + P1) + P2) ... of serial sgemms over the parts, bit for bit, at 1, 2 and 3
+// threads, for every transpose, with parts that do not divide k; C's padding stays untouched.
+static void test_gemm_depth_adds_serial_parts_in_order(void **state) {
+    (void)state;
+    assert_int_equal(cpu_gemm_depth_parts(768, 192, 4096), 4);  // vit-tiny's fc1 at batch 64
+    assert_int_equal(cpu_gemm_depth_parts(768, 192, 2047), 1);  // under two parts of 1024: by rows
+    assert_int_equal(cpu_gemm_depth_parts(10, 10, 100000), 8);  // at most 8
+    assert_int_equal(cpu_gemm_depth_parts(4096, 4096, 8192), 2);  // scratch over 64 MiB: fewer parts
+    assert_int_equal(cpu_gemm_depth_parts(4097, 4096, 8192), 1);
+    const int64_t shapes[][3] = {{13, 40, 2100}, {24, 33, 5000}, {7, 9, 9001}};  // 2, 4 and 8 parts
+    const int saved = omp_get_max_threads();
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 4; t++) {
+            const bool ta = t & 1, tb = t >> 1;
+            const int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], parts = cpu_gemm_depth_parts(m, n, k);
+            assert_int_equal(parts, s == 0 ? 2 : s == 1 ? 4 : 8);
+            const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2, len = (k + parts - 1) / parts;
+            float *a = malloc(sizeof(float) * (size_t)((ta ? k : m) * lda));
+            float *b = malloc(sizeof(float) * (size_t)((tb ? n : k) * ldb));
+            float *want = malloc(sizeof(float) * (size_t)(m * ldc)), *c = malloc(sizeof(float) * (size_t)(m * ldc));
+            float *pp = malloc(sizeof(float) * (size_t)(m * n));
+            fill(a, (size_t)((ta ? k : m) * lda), 60 + (uint64_t)(4 * s + t));
+            fill(b, (size_t)((tb ? n : k) * ldb), 70 + (uint64_t)(4 * s + t));
+            for (int64_t e = 0; e < m * ldc; e++) want[e] = 7.0f;
+            omp_set_num_threads(1);  // OpenBLAS's OpenMP build: serial calls outside a parallel region
+            for (int64_t p = 0; p < parts; p++) {
+                const int64_t o = p * len, kp = k - o < len ? k - o : len;
+                memset(pp, 0, sizeof(float) * (size_t)(m * n));
+                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
+                            (blasint)n, (blasint)kp, 1.0f, ta ? a + o * lda : a + o, (blasint)lda,
+                            tb ? b + o : b + o * ldb, (blasint)ldb, 1.0f, pp, (blasint)n);
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < n; j++) want[i * ldc + j] = p == 0 ? pp[i * n + j] : want[i * ldc + j] + pp[i * n + j];
+            }
+            for (int threads = 1; threads <= 3; threads++) {
+                for (int64_t e = 0; e < m * ldc; e++) c[e] = 7.0f;
+                omp_set_num_threads(threads);
+                cpu_gemm_depth(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                if (memcmp(c, want, sizeof(float) * (size_t)(m * ldc)) != 0)
+                    fail_msg("ta %d tb %d, %ld x %ld x %ld, %d threads: not the parts' sum in order", ta, tb, (long)m,
+                             (long)n, (long)k, threads);
+            }
+            for (int64_t i = 0; i < m; i++)  // and the product it is meant to be
+                for (int64_t j = 0; j < n; j++) {
+                    double r = 0.0;
+                    for (int64_t q = 0; q < k; q++)
+                        r += (double)(ta ? a[q * lda + i] : a[i * lda + q]) * (tb ? b[j * ldb + q] : b[q * ldb + j]);
+                    assert_true(fabs(c[i * ldc + j] - r) <= 1e-5 * (1.0 + fabs(r)) + 1e-6 * k);
+                }
+            free(a), free(b), free(want), free(c), free(pp);
+        }
+    omp_set_num_threads(saved);
+}
+
 // The dense layer's kernels on it against plain double loops: y = x W^T + b, dW = dy^T x,
-// db = sum dy, dx += dy W, at a batch (128, the MLP's) and one past 1024 rows (vit-tiny's tokens:
-// the weight gradient then stays with OpenBLAS), and a width under a tile (10 units: OpenBLAS).
+// db = sum dy, dx += dy W, at a batch (128, the MLP's), one past 1024 rows and one past 2048
+// (vit-tiny's tokens: the weight gradient then stays with OpenBLAS, by rows, then in parts of the
+// rows: cpu_gemm_depth), and a width under a tile (10 units: OpenBLAS).
 static void test_dense_kernels_match_double_loops(void **state) {
     (void)state;
-    const int64_t shapes[][3] = {{128, 784, 512}, {1100, 40, 64}, {128, 64, 10}, {13, 33, 35}};
-    for (int s = 0; s < 4; s++) {
+    const int64_t shapes[][3] = {{128, 784, 512}, {1100, 40, 64}, {2100, 40, 64}, {128, 64, 10}, {13, 33, 35}};
+    for (int s = 0; s < 5; s++) {
         const int64_t n = shapes[s][0], k = shapes[s][1], u = shapes[s][2];
         float *x = malloc(sizeof(float) * (size_t)(n * k)), *w = malloc(sizeof(float) * (size_t)(u * k));
         float *b = malloc(sizeof(float) * (size_t)u), *y = malloc(sizeof(float) * (size_t)(n * u));
@@ -214,6 +271,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_fast_same_bits_at_any_thread_count),
         cmocka_unit_test(test_gemm_fast_few_rows_forward),
         cmocka_unit_test(test_gemm_fast_declines_small_products),
+        cmocka_unit_test(test_gemm_depth_adds_serial_parts_in_order),
         cmocka_unit_test(test_dense_kernels_match_double_loops),
         cmocka_unit_test(test_dense_forward_act_is_the_two_passes),
     };

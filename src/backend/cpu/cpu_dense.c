@@ -115,8 +115,10 @@ static void dense_param_grads(int64_t n, int64_t k, int64_t u, const float *x, c
     const cpu_store_act none = {0};
     // dW = dy^T . x. galley's product against OpenBLAS (2-core Xeon, 2 threads; cpu_gemm_fast.c's
     // table): 1.06-1.10x over N = 128 rows (the MLP), 0.59-0.95x over 4096 (vit-tiny's tokens at
-    // batch 64), hence OpenBLAS past N = 1024.
-    if (n > 1024 || !cpu_gemm_fast(true, false, u, k, n, dy, u, x, k, false, NULL, none, dw, k, true))
+    // batch 64), hence OpenBLAS past N = 1024, the N rows cut into parts (cpu_gemm_depth).
+    if (n > 1024)
+        cpu_gemm_depth(true, false, u, k, n, dy, u, x, k, dw, k);
+    else if (!cpu_gemm_fast(true, false, u, k, n, dy, u, x, k, false, NULL, none, dw, k, true))
         cpu_gemm_rows(true, false, u, k, n, dy, u, x, k, 0.0f, dw, k);
     if (db) {
         // Threads own runs of whole 32-unit blocks; each sum runs over the batch in order, as on

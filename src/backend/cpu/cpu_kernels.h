@@ -16,6 +16,12 @@ void cpu_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
 // writes (optim_owner).
 void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                    int64_t ldb, float beta, float *c, int64_t ldc);
+// cpu_gemm.c: C = op(a) . op(b) (overwritten) with the depth k cut into cpu_gemm_depth_parts
+// parts (a count fixed by the shape: 1 means cpu_gemm_rows), each a serial sgemm, then C = ((P0 +
+// P1) + P2) ... in part order: the same bits at any thread count.
+int64_t cpu_gemm_depth_parts(int64_t m, int64_t n, int64_t k);
+void cpu_gemm_depth(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, float *c, int64_t ldc);
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
 void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y,
                            gl_act act, float slope);
