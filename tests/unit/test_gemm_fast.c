@@ -141,15 +141,16 @@ static void test_gemm_fast_declines_small_products(void **state) {
 
 // cpu_gemm_depth (cpu_gemm.c: a weight gradient over many rows): the part count is the shape's,
 // and C is ((P0 + P1) + P2) ... of serial sgemms over the parts, bit for bit, at 1, 2 and 3
-// threads, for every transpose, with parts that do not divide k; C's padding stays untouched.
+// threads and from inside a parallel region, for every transpose, with parts that do not divide
+// k (the last part shorter); C's padding stays untouched.
 static void test_gemm_depth_adds_serial_parts_in_order(void **state) {
     (void)state;
     assert_int_equal(cpu_gemm_depth_parts(768, 192, 4096), 4);  // vit-tiny's fc1 at batch 64
     assert_int_equal(cpu_gemm_depth_parts(768, 192, 2047), 1);  // under two parts of 1024: by rows
     assert_int_equal(cpu_gemm_depth_parts(10, 10, 100000), 8);  // at most 8
-    assert_int_equal(cpu_gemm_depth_parts(4096, 4096, 8192), 2);  // scratch over 64 MiB: fewer parts
-    assert_int_equal(cpu_gemm_depth_parts(4097, 4096, 8192), 1);
-    const int64_t shapes[][3] = {{13, 40, 2100}, {24, 33, 5000}, {7, 9, 9001}};  // 2, 4 and 8 parts
+    assert_int_equal(cpu_gemm_depth_parts(2048, 4096, 8192), 2);  // scratch over 32 MiB: fewer parts
+    assert_int_equal(cpu_gemm_depth_parts(2049, 4096, 8192), 1);
+    const int64_t shapes[][3] = {{13, 40, 2101}, {24, 33, 5003}, {7, 9, 9001}};  // 2, 4 and 8 parts
     const int saved = omp_get_max_threads();
     for (int s = 0; s < 3; s++)
         for (int t = 0; t < 4; t++) {
@@ -174,10 +175,16 @@ static void test_gemm_depth_adds_serial_parts_in_order(void **state) {
                 for (int64_t i = 0; i < m; i++)
                     for (int64_t j = 0; j < n; j++) want[i * ldc + j] = p == 0 ? pp[i * n + j] : want[i * ldc + j] + pp[i * n + j];
             }
-            for (int threads = 1; threads <= 3; threads++) {
+            for (int threads = 1; threads <= 4; threads++) {  // 4: 2 threads, called inside their region
                 for (int64_t e = 0; e < m * ldc; e++) c[e] = 7.0f;
-                omp_set_num_threads(threads);
-                cpu_gemm_depth(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                omp_set_num_threads(threads == 4 ? 2 : threads);
+                if (threads == 4) {
+#pragma omp parallel
+#pragma omp single
+                    cpu_gemm_depth(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                } else {
+                    cpu_gemm_depth(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                }
                 if (memcmp(c, want, sizeof(float) * (size_t)(m * ldc)) != 0)
                     fail_msg("ta %d tb %d, %ld x %ld x %ld, %d threads: not the parts' sum in order", ta, tb, (long)m,
                              (long)n, (long)k, threads);

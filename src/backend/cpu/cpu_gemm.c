@@ -83,8 +83,8 @@ void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
 //
 // C = op(a) . op(b) (beta 0) with the depth k cut into parts whose count and lengths depend on
 // the shape alone: part p is one serial sgemm over its stretch of k, into C (part 0) or a block
-// of scratch, then C = ((P0 + P1) + P2) ... in part order, rows by the thread that owns them
-// (cpu_gemm_rows' static rows, optim_owner's). Every operand is then packed once: C cut by rows
+// of scratch, then C = ((P0 + P1) + P2) ... in part order, C's rows in static runs (at 2 threads
+// the halves cpu_gemm_rows and optim_owner give). Every operand is then packed once: C cut by rows
 // (cpu_gemm_rows) packs all of op(b) again for every row tile. vit-tiny's weight gradients
 // (4096 tokens at batch 64; 768 x 192, 576 x 192, 192 x 192 and 192 x 768 over 4096) packed
 // 21M floats a block that way, OpenBLAS's packing (sgemm_itcopy + otcopy) 7.7% of a 2-thread
@@ -93,7 +93,9 @@ void cpu_gemm_rows(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
 // as many tasks as the row tiles gave these layers (4), for CPUs with more cores than this one.
 #define DEPTH_PART 1024
 #define DEPTH_PARTS_MAX 8
-#define DEPTH_SCRATCH_MAX (16 << 20)  // floats of partial sums at most (64 MiB), else fewer parts
+// Floats of partial sums at most (32 MiB, glibc's largest mmap threshold: below it the block freed
+// at the end of one call is handed back by the next, so no page is faulted in again), else fewer parts.
+#define DEPTH_SCRATCH_MAX (8 << 20)
 
 int64_t cpu_gemm_depth_parts(int64_t m, int64_t n, int64_t k) {
     int64_t parts = k / DEPTH_PART;
@@ -110,12 +112,14 @@ void cpu_gemm_depth(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
         return;
     }
     const int64_t len = (k + parts - 1) / parts;
-    float *scr = gl_xmalloc(sizeof(float) * (size_t)((parts - 1) * m * n));  // the same block each call (glibc)
-    const bool par = !omp_in_parallel();
-    const int saved = par || omp_in_parallel() ? 1 : omp_get_max_threads();  // as gemm_tiles
-    if (saved > 1) omp_set_num_threads(1);
-#pragma omp parallel if (par)
+    float *scr = gl_xmalloc(sizeof(float) * (size_t)((parts - 1) * m * n));
+    // Every sgemm runs inside this team. OpenBLAS's OpenMP build threads a call made outside an
+    // active parallel region over omp_get_max_threads() threads: where the team is one thread (one
+    // asked for, OMP_DYNAMIC or a thread limit, or called inside another parallel region) that
+    // count is set to 1 for this task, so each part stays one serial product.
+#pragma omp parallel if (!omp_in_parallel())
     {
+        if (omp_get_num_threads() == 1) omp_set_num_threads(1);
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < parts; p++) {
             const int64_t o = p * len, kp = k - o < len ? k - o : len;
@@ -137,6 +141,5 @@ void cpu_gemm_depth(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
             }
         }
     }
-    if (saved > 1) omp_set_num_threads(saved);
     free(scr);
 }
