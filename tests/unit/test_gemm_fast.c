@@ -173,7 +173,8 @@ static void test_gemm_depth_adds_serial_parts_in_order(void **state) {
                             (blasint)n, (blasint)kp, 1.0f, ta ? a + o * lda : a + o, (blasint)lda,
                             tb ? b + o : b + o * ldb, (blasint)ldb, 1.0f, pp, (blasint)n);
                 for (int64_t i = 0; i < m; i++)
-                    for (int64_t j = 0; j < n; j++) want[i * ldc + j] = p == 0 ? pp[i * n + j] : want[i * ldc + j] + pp[i * n + j];
+                    for (int64_t j = 0; j < n; j++)
+                        want[i * ldc + j] = p == 0 ? pp[i * n + j] : want[i * ldc + j] + pp[i * n + j];
             }
             for (int threads = 1; threads <= 4; threads++) {  // 4: 2 threads, called inside their region
                 for (int64_t e = 0; e < m * ldc; e++) c[e] = 7.0f;
