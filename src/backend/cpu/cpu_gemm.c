@@ -35,6 +35,19 @@ static int64_t tile_len(int64_t len, int64_t other, int64_t k) {
     return (t + 15) / 16 * 16;
 }
 
+// One serial product c (rows x cols) = beta c + op(a) . op(b) over depth k. beta 0: c is cleared
+// here, in this thread's cache just before its product, and OpenBLAS adds to it. Its own beta-0
+// pass (sgemm_beta) was 7% of a 2-thread MLP step. 0 + x is x, so the bits are those of beta 0.
+static void sgemm_serial(bool ta, bool tb, int64_t rows, int64_t cols, int64_t k, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    if (beta == 0.0f) {
+        for (int64_t r = 0; r < rows; r++) memset(c + r * ldc, 0, sizeof(float) * (size_t)cols);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)rows,
+                (blasint)cols, (blasint)k, 1.0f, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+}
+
 // C cut along its rows (by_rows) or its columns into tiles.
 static void gemm_tiles(bool by_rows, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                        const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
@@ -53,17 +66,7 @@ static void gemm_tiles(bool by_rows, bool ta, bool tb, int64_t m, int64_t n, int
         const float *at = by_rows ? a + (ta ? o : o * lda) : a;
         const float *bt = by_rows ? b : b + (tb ? o * ldb : o);
         float *ct = c + (by_rows ? o * ldc : o);
-        const int64_t rows = by_rows ? len : m, cols = by_rows ? n : len;
-        // beta 0: the tile is cleared here, in this thread's cache just before its product, and
-        // OpenBLAS adds to it. Its own beta-0 pass (sgemm_beta) was 7% of a 2-thread MLP step.
-        // 0 + x is x, so the bits are those of beta 0.
-        float bt_beta = beta;
-        if (beta == 0.0f) {
-            for (int64_t r = 0; r < rows; r++) memset(ct + r * ldc, 0, sizeof(float) * (size_t)cols);
-            bt_beta = 1.0f;
-        }
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)rows,
-                    (blasint)cols, (blasint)k, 1.0f, at, (blasint)lda, bt, (blasint)ldb, bt_beta, ct, (blasint)ldc);
+        sgemm_serial(ta, tb, by_rows ? len : m, by_rows ? n : len, k, at, lda, bt, ldb, beta, ct, ldc);
     }
     if (saved > 1) omp_set_num_threads(saved);
 }
@@ -122,14 +125,9 @@ void cpu_gemm_depth(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const flo
         if (omp_get_num_threads() == 1) omp_set_num_threads(1);
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < parts; p++) {
-            const int64_t o = p * len, kp = k - o < len ? k - o : len;
-            float *pc = p == 0 ? c : scr + (p - 1) * m * n;
-            const int64_t ldp = p == 0 ? ldc : n;
-            for (int64_t r = 0; r < m; r++) memset(pc + r * ldp, 0, sizeof(float) * (size_t)n);  // as gemm_tiles
-            if (kp > 0)
-                cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
-                            (blasint)n, (blasint)kp, 1.0f, ta ? a + o * lda : a + o, (blasint)lda,
-                            tb ? b + o : b + o * ldb, (blasint)ldb, 1.0f, pc, (blasint)ldp);
+            const int64_t o = p * len, kp = k - o < len ? k - o : len;  // kp > 1000: k >= 1024 parts
+            sgemm_serial(ta, tb, m, n, kp, ta ? a + o * lda : a + o, lda, tb ? b + o : b + o * ldb, ldb, 0.0f,
+                         p == 0 ? c : scr + (p - 1) * m * n, p == 0 ? ldc : n);
         }
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < m; r++) {
