@@ -146,10 +146,13 @@ typedef struct gl_backend {
                                const float *dy, float *dw, float *db, float *dx);
     // Optional (NULL: no fusion): dense_backward_set with dx through the derivative of the relu or
     // leaky_relu (slope >= 0) whose output x is, as it is stored: the bits of dense_backward_set
-    // and then act_backward_set(act, slope, x, dx, dx). The graph hands such an activation's
-    // derivative to the dense layer that alone reads its output (graph_build).
+    // and then act_backward_set(act, slope, x, dx, dx); gate is x. With act ACT_GELU, gate is the
+    // derivative gelu_forward_keep left: the bits of dense_backward_set and then
+    // gelu_backward_kept(gate, dx, dx, set). The graph hands such an activation's derivative to
+    // the dense layer that alone reads its output (graph_build).
     void (*dense_backward_act)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
-                               const float *dy, float *dw, float *db, float *dx, gl_act act, float slope);
+                               const float *dy, float *dw, float *db, float *dx, gl_act act, float slope,
+                               const float *gate);
     // y[i] = act(x[i]) over n elements; alpha is leaky_relu's slope
     void (*act_forward)(gl_act act, float alpha, int64_t n, const float *x, float *y);
     // dx[i] += dy[i] * act'(x[i])
@@ -158,6 +161,13 @@ typedef struct gl_backend {
     // a dx that this call writes first, which the graph then does not clear: the same bits with
     // two passes over dx fewer (the clearing, and reading it back).
     void (*act_backward_set)(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
+    // Optional (NULL: not used): y = gelu(x) with x overwritten by gelu'(x), for a gelu whose input
+    // nothing else reads (graph_build: layer_t.keep_deriv); the bits of act_forward(ACT_GELU).
+    void (*gelu_forward_keep)(int64_t n, float *x, float *y);
+    // dx (+)= dy * d (set: dx = 0 + the term), d = gelu'(x) as gelu_forward_keep left it: the bits
+    // of act_backward(ACT_GELU) (act_backward_set with set) on x. A product where the backward
+    // computed Phi and phi again.
+    void (*gelu_backward_kept)(int64_t n, const float *d, const float *dy, float *dx, int set);
     // Softmax over C channels at each of S positions (S = 1 for classification, H*W for masks):
     // logits (N,C,S), labels (N,S) in [0,C) (host), weights (C) (host) or NULL. Returns
     // sum w[y] * nll / sum w[y] over all N*S positions (the mean when unweighted, as PyTorch's

@@ -86,8 +86,14 @@ typedef struct layer_kind {
     // Optional, the other side of it (graph_build): a consumer whose backward can apply the
     // activation's derivative as it writes its input gradient says so (takes_act_grad), and
     // backward_act then writes dx, the activation's input gradient, whole (never adding to it).
+    // gate: the activation's output (relu, leaky_relu), or for gelu the derivative its forward
+    // kept (keep_deriv), laid out as the consumer's input.
     bool (*takes_act_grad)(const layer_t *l, const gl_backend *be, gl_act act, float slope);
-    void (*backward_act)(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx);
+    void (*backward_act)(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, const float *gate,
+                         float *dx);
+    // Its backward (or backward_act) reads its own output: a gelu after it does not keep its
+    // derivative in that buffer (graph_build, layer_t.keep_deriv).
+    bool reads_out;
     // Optional, pool fusion (graph_build): a max pool whose windows tile its input (stride the
     // window, no padding, the input a multiple of it) says its window {D, H, W} and, once bound,
     // where its output and argmax go (pool_store; false: not such a pool); a producer says whether
@@ -155,6 +161,11 @@ struct layer {
     // grad_by's own backward (grad_deferred) does nothing. One pass over the maps less.
     layer_t *grad_by;
     bool grad_deferred;
+    // Set by graph_build on a gelu whose input it alone reads, on a backend that keeps the
+    // derivative (gelu_forward_keep): training forward leaves gelu'(x) in its input's buffer in
+    // place of x (which no backward reads), and backward multiplies by it (gelu_backward_kept, or
+    // grad_by's store) instead of computing Phi and phi again.
+    bool keep_deriv;
     // Set by graph_build where a producer writes the max pool after it (store_pool: through its
     // activation, act_done, or directly): the producer computes the pool's output and argmax as
     // it stores, its own output (and the activation's, the same buffer) left unwritten; the

@@ -265,7 +265,9 @@ static const key_spec model_keys[] = {
      "a relu or leaky_relu that alone reads a layer's output shares its buffer (the layer applies it as it "
      "stores where it can, else it runs in place), a max_pool of non-overlapping windows after one applies its "
      "derivative in backward, and a convolution followed (directly or through such an activation) by a max_pool "
-     "whose 2x2 or 2x2x2 windows tile its output writes the pool's output instead of its own (CPU); a flatten "
+     "whose 2x2 or 2x2x2 windows tile its output writes the pool's output instead of its own (CPU); a gelu "
+     "that alone reads a layer's output keeps its derivative there in training (CPU; a dense layer after it "
+     "applies it in backward), so that layer's output then holds gelu'; a flatten "
      "that alone reads its input takes that input's buffer, and an add or a flatten gives an input that it "
      "alone reads its own output gradient (no copies): less memory traffic, the same results; false keeps "
      "every layer's own output, so a non-finite value is traced to the exact layer that made it"},

@@ -755,6 +755,76 @@ static void test_dense_applies_the_activation_derivative(void **state)
     omp_set_num_threads(saved);
 }
 
+// A gelu whose input it alone reads keeps its derivative there in training (graph_keep_derivs):
+// the dense layer after it applies it as its product stores the input gradient (g1 and g3, 40
+// and 36 wide: the gate in galley's store; g2, 20 wide: the product, then the derivative pass),
+// or, before a token pool, its own backward multiplies by it (g6, after an add). Not on the model
+// input (g0), nor where its input feeds another layer too (g4, with `both`), nor after a reshape
+// (g5). At 1 and 3 threads every output gradient, parameter gradient and output but the
+// producers' (which hold the derivatives) has the bits of model.fuse: false; an evaluation pass
+// then leaves the producers' outputs, and the model's, as the unfused graph's.
+static void test_gelu_keeps_its_derivative(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: gelu, name: g0}\n"
+                         "    - {type: dense, units: 40, name: d1}\n"
+                         "    - {type: gelu, name: g1}\n"
+                         "    - {type: dense, units: 20, name: d2}\n"
+                         "    - {type: gelu, name: g2}\n"
+                         "    - {type: dense, units: 36, name: d3}\n"
+                         "    - {type: gelu, name: g3}\n"
+                         "    - {type: dense, units: 36, name: d4}\n"
+                         "    - {type: gelu, name: g4}\n"
+                         "    - {type: add, inputs: [d4, g4], name: both}\n"
+                         "    - {type: gelu, name: g6}\n"
+                         "    - {type: token_pool, mode: mean, name: pool}\n"
+                         "    - {type: flatten, name: flat}\n"
+                         "    - {type: gelu, name: g5}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    const char *const kept[] = {"g1", "g2", "g3", "g6"}, *const not_kept[] = {"g0", "g4", "g5"};
+    const char *const producers[] = {"d1", "d2", "d3", "both"}, *const by[] = {"d2", "d3", "d4", NULL};
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        tl_model mf, mu;
+        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
+        gl_graph *f = &mf.g, *u = &mu.g;
+        for (int k = 0; k < 4; k++) {
+            const layer_t *a = &f->layers[tl_layer(f, kept[k])];
+            assert_true(a->keep_deriv);
+            assert_false(u->layers[tl_layer(u, kept[k])].keep_deriv);
+            assert_true(a->grad_by == (by[k] ? &f->layers[tl_layer(f, by[k])] : NULL));
+        }
+        for (int k = 0; k < 3; k++) assert_false(f->layers[tl_layer(f, not_kept[k])].keep_deriv);
+        float r[N * 3];
+        backward_both(f, u, 93, r);
+        for (int i = 0; i < f->nlayers; i++) {
+            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+            bool deriv = false;  // a kept gelu's input buffer: its derivative now
+            for (int k = 0; k < 4; k++) deriv |= lf == &f->layers[tl_layer(f, producers[k])];
+            for (int64_t j = 0; !deriv && j < N * lf->out.size; j++)
+                if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
+                    fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                             lf->out.data[j], lu->out.data[j]);
+            for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)  // g1, g2, g3: their dense's
+                if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
+                    fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                             lf->out.grad[j], lu->out.grad[j]);
+        }
+        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+        graph_forward(f, N, false);
+        graph_forward(u, N, false);
+        for (int k = 0; k < 4; k++) {
+            const layer_t *pf = &f->layers[tl_layer(f, producers[k])], *pu = &u->layers[tl_layer(u, producers[k])];
+            assert_memory_equal(pf->out.data, pu->out.data, sizeof(float) * (size_t)(N * pf->out.size));
+        }
+        assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
+        tl_model_free(&mf);
+        tl_model_free(&mu);
+    }
+    omp_set_num_threads(saved);
+}
+
 static void test_pool_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -1240,6 +1310,7 @@ int main(void)
         cmocka_unit_test(test_flatten_is_a_view),
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_dense_applies_the_activation_derivative),
+        cmocka_unit_test(test_gelu_keeps_its_derivative),
         cmocka_unit_test(test_conv_writes_the_pool_after_it),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_gradient_sharing_on_random_graphs),

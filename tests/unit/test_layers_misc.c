@@ -1093,11 +1093,44 @@ static void test_gelu_phi_accuracy_and_isa_bits(void **state)
     free(x), free(dy);
 }
 
+// The derivative kept (cpu_gelu_forward_keep: y, and x overwritten by gelu'(x)), then the backward
+// by it (cpu_gelu_backward_kept), written (set) and added to: the bits of cpu_gelu_forward and
+// cpu_gelu_backward on every instruction set this CPU has, at a length that leaves a scalar
+// tail, with the special values of test_gelu_phi_accuracy_and_isa_bits and dy of both signs.
+static void test_gelu_kept_derivative_has_the_bits(void **state)
+{
+    (void)state;
+    enum { NK = 40003 };
+    float *x = malloc(sizeof(float) * NK), *dy = malloc(sizeof(float) * NK), *d = malloc(sizeof(float) * NK);
+    float *y = malloc(sizeof(float) * NK), *yk = malloc(sizeof(float) * NK);
+    float *dx = malloc(sizeof(float) * NK), *dxk = malloc(sizeof(float) * NK);
+    tl_fill_uniform(x, NK, -14.0f, 14.0f, 311);
+    tl_fill_uniform(dy, NK, -2.0f, 2.0f, 312);
+    const float special[] = {0.0f, -0.0f, 12.6f, -12.6f, 12.7f, -12.7f, INFINITY, -INFINITY, NAN, 1e-30f, -1e-30f};
+    for (int i = 0; i < (int)(sizeof special / sizeof special[0]); i++) x[NK - 1 - i] = x[100 + 7 * i] = special[i];
+    for (int isa = 0; isa <= cpu_isa_best(); isa++)
+        for (int set = 0; set <= 1; set++) {
+            memcpy(d, x, sizeof(float) * NK);
+            cpu_gelu_forward_isa(isa, NK, x, y);
+            cpu_gelu_forward_keep_isa(isa, NK, d, yk);
+            assert_memory_equal(y, yk, sizeof(float) * NK);
+            for (int i = 0; i < NK; i++) dx[i] = dxk[i] = set ? NAN : 0.125f * (float)(i % 9) - 0.5f;
+            cpu_gelu_backward_isa(isa, NK, x, dy, dx, set);
+            cpu_gelu_backward_kept_isa(isa, NK, d, dy, dxk, set);
+            for (int i = 0; i < NK; i++)
+                if (memcmp(&dx[i], &dxk[i], sizeof(float)))
+                    fail_msg("isa %d, set %d: gelu backward at %.9g: %a, by the kept derivative %a", isa, set, x[i],
+                             dx[i], dxk[i]);
+        }
+    free(x), free(dy), free(d), free(y), free(yk), free(dx), free(dxk);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu_matches_the_erf_formula),
         cmocka_unit_test(test_gelu_phi_accuracy_and_isa_bits),
+        cmocka_unit_test(test_gelu_kept_derivative_has_the_bits),
         cmocka_unit_test(test_max_pool_2d_matches_naive),
         cmocka_unit_test(test_max_pool_3d_matches_naive),
         cmocka_unit_test(test_avg_pool_2d_matches_naive),

@@ -88,6 +88,14 @@ static float gelu1_term(float x, float dy) {
     return dy * fmaf(x, R_SQRT2PI * e, cdf);
 }
 
+// gelu(x), and *d = gelu'(x) (gelu1_forward's and gelu1_term's operations)
+static float gelu1_keep(float x, float *d) {
+    float e;
+    const float cdf = phi1(x, &e);
+    *d = fmaf(x, R_SQRT2PI * e, cdf);
+    return x * cdf;
+}
+
 #if GELU_VECTOR
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -144,6 +152,55 @@ static void gelu_pass(int isa, int64_t n, const float *x, const float *dy, float
         const int64_t o = c * GELU_CHUNK;
         gelu_chunk(w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK, x, dy, out, set);
     }
+}
+
+// Chunk [o, o + len) of the kept-derivative passes: forward (d NULL: y = gelu(x), x = gelu'(x)) or
+// backward (dx = (set ? 0 : dx) + dy d).
+static void gelu_keep_chunk(int w, int64_t o, int64_t len, float *x, float *y, const float *d, const float *dy,
+                            float *dx, int set) {
+    const int64_t vec = w == 1 ? 0 : len / w * w;
+#if GELU_VECTOR
+    if (w == 16) d ? gelu_backward_kept_512(vec, d + o, dy + o, dx + o, set) : gelu_forward_keep_512(vec, x + o, y + o);
+    if (w == 8) d ? gelu_backward_kept_256(vec, d + o, dy + o, dx + o, set) : gelu_forward_keep_256(vec, x + o, y + o);
+#endif
+    for (int64_t i = o + vec; i < o + len; i++) {
+        if (d) dx[i] = (set ? 0.0f : dx[i]) + dy[i] * d[i];
+        else y[i] = gelu1_keep(x[i], &x[i]);
+    }
+}
+
+static void gelu_keep_pass(int isa, int64_t n, float *x, float *y, const float *d, const float *dy, float *dx,
+                           int set) {
+    const int w = gelu_width(isa);
+    const int64_t chunks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
+#pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t o = c * GELU_CHUNK;
+        gelu_keep_chunk(w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK, x, y, d, dy, dx, set);
+    }
+}
+
+void cpu_gelu_forward_keep_isa(int isa, int64_t n, float *x, float *y) {
+    gelu_keep_pass(isa, n, x, y, NULL, NULL, NULL, 0);
+}
+
+void cpu_gelu_backward_kept_isa(int isa, int64_t n, const float *d, const float *dy, float *dx, int set) {
+    gelu_keep_pass(isa, n, NULL, NULL, d, dy, dx, set);
+}
+
+// The derivative kept (backend.h's gelu_forward_keep): the backward pass, which computed Phi and
+// phi again (a division and two polynomials an element), becomes a product, or goes into the
+// store of the dense layer after (cpu_dense_backward_act). Measured on a 2-core Xeon (AVX-512, 2
+// threads, 4096 x 768 elements, vit-tiny's MLP, best of 20, caches flushed): forward 0.64-0.66 ->
+// 0.71-0.73 ms (the derivative's store), backward 0.74-0.78 -> 0.59-0.60 ms alone and nothing
+// beyond a load in vit-tiny, where the dense layer after applies it. Applying the gelu as the
+// dense layer before it stores (its tile computing both outputs) was tried: 3.54 -> 3.48 ms for
+// that product and the pass together, nothing measurable in training (the work is Phi's
+// arithmetic, not the memory traffic), so not kept.
+void cpu_gelu_forward_keep(int64_t n, float *x, float *y) { cpu_gelu_forward_keep_isa(cpu_isa_best(), n, x, y); }
+
+void cpu_gelu_backward_kept(int64_t n, const float *d, const float *dy, float *dx, int set) {
+    cpu_gelu_backward_kept_isa(cpu_isa_best(), n, d, dy, dx, set);
 }
 
 void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y) { gelu_pass(isa, n, x, NULL, y, 0); }

@@ -59,6 +59,27 @@ static void GFN(gelu_backward)(int64_t len, const float *x, const float *dy, flo
     }
 }
 
+// y = x Phi(x), and x = gelu'(x) = Phi(x) + x phi(x) in its place (gelu_forward's and
+// gelu_backward's operations), whole blocks
+static void GFN(gelu_forward_keep)(int64_t len, float *x, float *y) {
+    for (int64_t i = 0; i + GW <= len; i += GW) {
+        const gv v = *(const gv_u *)(x + i);
+        gv e;
+        const gv cdf = GFN(phi)(v, &e), pdf = R_SQRT2PI * e;
+        *(gv_u *)(y + i) = v * cdf;
+        *(gv_u *)(x + i) = GFMA(v, pdf, cdf);
+    }
+}
+
+// dx = (set ? 0 : dx) + dy d, d = gelu'(x) as gelu_forward_keep left it, whole blocks
+static void GFN(gelu_backward_kept)(int64_t len, const float *d, const float *dy, float *dx, int set) {
+    for (int64_t i = 0; i + GW <= len; i += GW) {
+        const gv g = *(const gv_u *)(dy + i) * *(const gv_u *)(d + i);
+        const gv base = set ? (gv){0} : (gv)(*(const gv_u *)(dx + i));
+        *(gv_u *)(dx + i) = base + g;
+    }
+}
+
 #undef gv
 #undef gi
 #undef gv_u

@@ -91,9 +91,11 @@ GF_512 static inline __m512 gf_act512(cpu_store_act act, __m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, z, _CMP_GT_OQ), _mm512_mul_ps(x, _mm512_set1_ps(act.slope)), x);
 }
 
-// 0 + (g > 0 ? x : leaky ? slope * x : 0): the derivative through the gate (relu_like_backward's bits)
+// 0 + (g > 0 ? x : leaky ? slope * x : 0): the derivative through the gate (relu_like_backward's
+// bits); for gelu 0 + x g, g the derivative itself (cpu_gelu_backward_kept's bits)
 GF_512 static inline __m512 gf_gate512(cpu_store_act act, __m512 g, __m512 x) {
     const __m512 z = _mm512_setzero_ps();
+    if (act.act == ACT_GELU) return _mm512_add_ps(z, _mm512_mul_ps(x, g));
     const __m512 off = act.act == ACT_RELU ? z : _mm512_mul_ps(_mm512_set1_ps(act.slope), x);
     return _mm512_add_ps(z, _mm512_mask_blend_ps(_mm512_cmp_ps_mask(g, z, _CMP_GT_OQ), off, x));
 }
@@ -175,6 +177,7 @@ GF_256 static inline __m256 gf_act256(cpu_store_act act, __m256 x) {
 
 GF_256 static inline __m256 gf_gate256(cpu_store_act act, __m256 g, __m256 x) {
     const __m256 z = _mm256_setzero_ps();
+    if (act.act == ACT_GELU) return _mm256_add_ps(z, _mm256_mul_ps(x, g));
     const __m256 off = act.act == ACT_RELU ? z : _mm256_mul_ps(_mm256_set1_ps(act.slope), x);
     return _mm256_add_ps(z, _mm256_blendv_ps(off, x, _mm256_cmp_ps(g, z, _CMP_GT_OQ)));
 }

@@ -30,7 +30,7 @@ void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const f
 void cpu_dense_backward_set(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
                             float *dw, float *db, float *dx);
 void cpu_dense_backward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy,
-                            float *dw, float *db, float *dx, gl_act act, float slope);
+                            float *dw, float *db, float *dx, gl_act act, float slope, const float *gate);
 void cpu_act_forward(gl_act act, float alpha, int64_t n, const float *x, float *y);
 void cpu_act_backward(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
 void cpu_act_backward_set(gl_act act, float alpha, int64_t n, const float *x, const float *dy, float *dx);
@@ -40,6 +40,12 @@ void cpu_gelu_backward(int64_t n, const float *x, const float *dy, float *dx, in
 // The same on a given instruction set (cpu_isa.h's numbers; tests: every one gives the same bits)
 void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y);
 void cpu_gelu_backward_isa(int isa, int64_t n, const float *x, const float *dy, float *dx, int set);
+// y = gelu(x) with x overwritten by gelu'(x); dx (+)= dy * d with d that derivative: the bits of
+// cpu_gelu_forward and cpu_gelu_backward (backend.h's gelu_forward_keep, gelu_backward_kept)
+void cpu_gelu_forward_keep(int64_t n, float *x, float *y);
+void cpu_gelu_backward_kept(int64_t n, const float *d, const float *dy, float *dx, int set);
+void cpu_gelu_forward_keep_isa(int isa, int64_t n, float *x, float *y);
+void cpu_gelu_backward_kept_isa(int isa, int64_t n, const float *d, const float *dy, float *dx, int set);
 double cpu_softmax_xent(int64_t n, int64_t c, int64_t s, const float *logits, const int32_t *labels,
                         const float *weights, float *dlogits);
 double cpu_regression_loss(int kind, int64_t count, const float *pred, const float *target, float *dpred);
@@ -76,12 +82,14 @@ int cpu_conv_fast_isa(void);
 // the same arithmetic as cpu_act_forward, so y = act(conv(x)) has the bits of the two passes.
 typedef struct {
     bool on;
-    gl_act act;  // ACT_RELU or ACT_LEAKY_RELU
+    gl_act act;  // ACT_RELU or ACT_LEAKY_RELU (ACT_GELU: a gate's, below)
     float slope;
     bool stream;  // cpu_conv_fast.c: finished outputs of whole tiles bypass the caches (AVX2 kernels)
     // cpu_gemm_fast only: not the activation but its derivative through gate, an array laid out as
     // c (same ldc): c = 0 + (gate > 0 ? c : leaky ? slope * c : 0), cpu_act_backward_set's bits
-    // (a dense layer's input gradient through the relu whose output is that layer's input).
+    // (a dense layer's input gradient through the relu whose output is that layer's input); with
+    // act ACT_GELU, c = 0 + c * gate, gate gelu' as cpu_gelu_forward_keep left it
+    // (cpu_gelu_backward_kept's bits).
     const float *gate;
 } cpu_store_act;
 // A max pool written as the convolution stores its output (NULL: none): windows {kd, 2, 2} (kd 1

@@ -31,8 +31,11 @@ static int act_infer(layer_t *l, char *err, size_t errlen) {
 }
 
 static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
-    (void)train;
     if (l->act_done) return;  // the layer before applied it as it stored its output, which is this one's
+    if (l->keep_deriv && train) {  // gelu: x becomes gelu'(x), which backward reads (graph_build)
+        be->gelu_forward_keep(n * l->out.size, l->in[0]->data, l->out.data);
+        return;
+    }
     // act_inplace: in[0]->data == out.data, the producer's buffer (graph_fuse_acts)
     be->act_forward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.data);
 }
@@ -47,8 +50,9 @@ static bool act_fusable(const layer_t *l, gl_act *act, float *slope) {
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
     layer_t *by = l->grad_by;  // the layer that alone reads this output applies the derivative (graph_build)
-    if (by && l->grad_set[0]) {
-        by->kind->backward_act(by, be, n, act_of(l), slope_of(l), l->in[0]->grad);
+    if (by && l->grad_set[0]) {  // through the output's sign, or the derivative kept (keep_deriv)
+        const float *gate = l->keep_deriv ? l->in[0]->data : l->out.data;
+        by->kind->backward_act(by, be, n, act_of(l), slope_of(l), gate, l->in[0]->grad);
         return;
     }
     if (by) {  // a gradient to add to (a backend without the set kernels): first by's own backward
@@ -56,7 +60,9 @@ static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
         by->kind->backward(by, be, n);
         by->grad_deferred = true;
     }
-    if (l->grad_set[0])
+    if (l->keep_deriv)
+        be->gelu_backward_kept(n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad, l->grad_set[0]);
+    else if (l->grad_set[0])
         be->act_backward_set(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);
     else
         be->act_backward(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);

@@ -114,16 +114,18 @@ static bool dense_sets_grad(const layer_t *l, const gl_backend *be, int k) {
 }
 
 // The relu or leaky_relu whose output this layer alone reads can leave its derivative to this
-// layer's input gradient, applied as the product stores it (its input: the activation's output).
+// layer's input gradient, applied as the product stores it (its input: the activation's output),
+// and so can a gelu that kept its derivative (layer_t.keep_deriv: then the gate).
 static bool dense_takes_act_grad(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
-    return l->tp_role == GL_TP_NONE && be->dense_backward_act && gl_act_storable(act, slope);
+    return l->tp_role == GL_TP_NONE && be->dense_backward_act && (gl_act_storable(act, slope) || act == ACT_GELU);
 }
 
 // This layer's backward with dx, the activation's input gradient, written whole through its derivative.
-static void dense_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx) {
+static void dense_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope,
+                               const float *gate, float *dx) {
     int64_t t = dense_rows(l), k = l->in[0]->size / t, u = l->out.size / t;
     float *db = l->nparams > 1 ? l->dw + u * k : NULL;
-    be->dense_backward_act(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, dx, act, slope);
+    be->dense_backward_act(n * t, k, u, l->in[0]->data, l->w, l->out.grad, l->dw, db, dx, act, slope, gate);
 }
 
 const layer_kind layer_dense = {

@@ -125,7 +125,9 @@ static bool max_pool_takes_act_grad(const layer_t *l, const gl_backend *be, gl_a
 // dx[argmax] = dy through the activation's derivative, read from its output at the winners: the
 // pool's output (an activation after the pool may have rewritten it in place: graph_fuse_acts
 // fuses only relu and leaky_relu of slope >= 0, which keep the sign the derivative tests).
-static void max_pool_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope, float *dx) {
+static void max_pool_backward_act(layer_t *l, const gl_backend *be, int64_t n, gl_act act, float slope,
+                                  const float *gate, float *dx) {
+    (void)gate;  // the sign the pool's output keeps (relu and leaky_relu only: max_pool_takes_act_grad)
     const pool_geom g = geometry_of(l);
     be->max_pool_backward_act(n, g.c, g.in, g.out, g.k, g.s, g.p, (const int32_t *)l->scratch, l->out.grad,
                               l->out.data, act == ACT_LEAKY_RELU, slope, dx);
@@ -155,6 +157,7 @@ const layer_kind layer_max_pool = {
     .backward = pool_backward,
     .sets_grad = max_pool_sets_grad,
     .takes_act_grad = max_pool_takes_act_grad,
+    .reads_out = true,  // max_pool_backward_act: the winners' signs
     .backward_act = max_pool_backward_act,
     .pool_store = max_pool_store,
 };
