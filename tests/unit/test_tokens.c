@@ -7,6 +7,8 @@
 // trunc_normal init, and the errors infer reports.
 #include "testlib.h"
 
+#include <omp.h>
+
 #define N 3  // rows run
 
 static float *falloc(int64_t n)
@@ -256,14 +258,20 @@ static void test_non_token_layer_norm_and_dense_unchanged(void **state)
 // layer_norm on AVX2 and AVX-512 (cpu_norm.c; unit/test_tokens_avx2 runs the AVX2 passes on an
 // AVX-512 CPU) promises the portable loops' bits: this is those loops (4
 // double lanes per row, element j in lane j % 4, then (l0 + l1) + (l2 + l3); dgamma and dbeta
-// summed over rows in order in double). Widths with and without a tail of 4, 8 and 16.
+// summed in double over parts of 256 rows, each in row order from 0, the parts then in order).
+// Widths with and without a tail of 4, 8 and 16, at 1 to 3 threads; 37 rows (one part), 600
+// (three: summed by blocks of columns where 2 or 3 threads share the work, by parts on one) and
+// 1100 (five: by parts).
 static void test_layer_norm_bits_are_the_portable_loops(void **state)
 {
     (void)state;
     const gl_backend *be = backend_cpu();
-    const int64_t widths[] = {192, 30, 19, 16, 12, 3};
-    for (int w = 0; w < 6; w++) {
-        const int64_t n = 37, k = widths[w];
+    const int64_t widths[] = {192, 30, 19, 16, 12, 3}, rows[] = {37, 600, 1100};
+    const int threads = omp_get_max_threads();
+    for (int c = 0; c < 54; c++) {
+        const int w = c % 6, nt = 1 + c / 6 % 3;
+        const int64_t n = rows[c / 18], k = widths[w];
+        omp_set_num_threads(nt);
         float *x = falloc(n * k), *dy = falloc(n * k), *gm = falloc(k), *bt = falloc(k), *saved = falloc(2 * n);
         float *y = falloc(n * k), *dx = falloc(n * k), *dg = falloc(k), *db = falloc(k), *want = falloc(n * k + 2 * n);
         tl_fill_uniform(x, n * k, -2.0f, 3.0f, 60 + w);
@@ -304,17 +312,22 @@ static void test_layer_norm_bits_are_the_portable_loops(void **state)
         }
         check_bitwise("layer_norm dx", dx, want, n * k);
         for (int64_t j = 0; j < k; j++) {
-            double sw = 0.0, sb = 0.0;
-            for (int64_t i = 0; i < n; i++) {
-                sw += (double)dy[i * k + j] * (double)((x[i * k + j] - saved[i]) * saved[n + i]);
-                sb += dy[i * k + j];
+            double tw = 0.0, tb = 0.0;
+            for (int64_t i0 = 0; i0 < n; i0 += 256) {
+                double sw = 0.0, sb = 0.0;
+                for (int64_t i = i0; i < n && i < i0 + 256; i++) {
+                    sw += (double)dy[i * k + j] * (double)((x[i * k + j] - saved[i]) * saved[n + i]);
+                    sb += dy[i * k + j];
+                }
+                tw = i0 ? tw + sw : sw, tb = i0 ? tb + sb : sb;
             }
-            want[j] = (float)sw, want[k + j] = (float)sb;
+            want[j] = (float)tw, want[k + j] = (float)tb;
         }
         check_bitwise("layer_norm dgamma", dg, want, k);
         check_bitwise("layer_norm dbeta", db, want + k, k);
         free(x), free(dy), free(gm), free(bt), free(saved), free(y), free(dx), free(dg), free(db), free(want);
     }
+    omp_set_num_threads(threads);
 }
 
 static void test_dense_on_tokens_acts_per_token(void **state)
