@@ -166,6 +166,7 @@ struct layer {
     // place of x (which no backward reads), and backward multiplies by it (gelu_backward_kept, or
     // grad_by's store) instead of computing Phi and phi again.
     bool keep_deriv;
+    bool deriv_live;  // set by its forward: a training one left the derivative (else x is there)
     // Set by graph_build where a producer writes the max pool after it (store_pool: through its
     // activation, act_done, or directly): the producer computes the pool's output and argmax as
     // it stores, its own output (and the activation's, the same buffer) left unwritten; the

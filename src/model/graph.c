@@ -68,11 +68,11 @@ static void graph_keep_derivs(gl_graph *g) {
         layer_t *a = &g->layers[i];
         gl_act act;
         float slope;
-        if (a->nin != 1 || !a->kind->act_of || a->act_done || a->act_inplace) continue;
-        a->kind->act_of(a, &act, &slope);
-        if (act != ACT_GELU || a->in[0] == &g->input || graph_read_by_other(g, i, a->in[0])) continue;
-        const layer_t *p = graph_producer(g, a->in[0]);
-        if (!p || p->kind->reads_out || p->kind->reshape_only || p->kind->act_of || p->store_pool) continue;
+        if (a->nin != 1 || !a->kind->act_of) continue;
+        a->kind->act_of(a, &act, &slope);  // (false for gelu, which is not fused forward: graph_fuse_acts)
+        if (act != ACT_GELU || graph_read_by_other(g, i, a->in[0])) continue;
+        const layer_t *p = graph_producer(g, a->in[0]);  // NULL: the model input
+        if (!p || p->kind->reads_out || p->kind->reshape_only || p->kind->act_of) continue;
         a->keep_deriv = true;
     }
 }

@@ -266,8 +266,9 @@ static const key_spec model_keys[] = {
      "stores where it can, else it runs in place), a max_pool of non-overlapping windows after one applies its "
      "derivative in backward, and a convolution followed (directly or through such an activation) by a max_pool "
      "whose 2x2 or 2x2x2 windows tile its output writes the pool's output instead of its own (CPU); a gelu "
-     "that alone reads a layer's output keeps its derivative there in training (CPU; a dense layer after it "
-     "applies it in backward), so that layer's output then holds gelu'; a flatten "
+     "that alone reads a layer's output keeps its derivative there in training (CPU; not after an activation, "
+     "a reshape or a max_pool; a dense layer after it applies it in backward), so that layer's output then "
+     "holds gelu'; a flatten "
      "that alone reads its input takes that input's buffer, and an add or a flatten gives an input that it "
      "alone reads its own output gradient (no copies): less memory traffic, the same results; false keeps "
      "every layer's own output, so a non-finite value is traced to the exact layer that made it"},

@@ -760,9 +760,11 @@ static void test_dense_applies_the_activation_derivative(void **state)
 // and 36 wide: the gate in galley's store; g2, 20 wide: the product, then the derivative pass),
 // or, before a token pool, its own backward multiplies by it (g6, after an add). Not on the model
 // input (g0), nor where its input feeds another layer too (g4, with `both`), nor after a reshape
-// (g5). At 1 and 3 threads every output gradient, parameter gradient and output but the
-// producers' (which hold the derivatives) has the bits of model.fuse: false; an evaluation pass
-// then leaves the producers' outputs, and the model's, as the unfused graph's.
+// (g5), after a max_pool or an activation (ga, gb below). At 1 and 3 threads every output
+// gradient, parameter gradient and output but the producers' (which hold the derivatives) has the
+// bits of model.fuse: false; an evaluation pass then leaves the producers' outputs, and the
+// model's, as the unfused graph's, and a backward after it (x, not the derivative, in place) its
+// gradients.
 static void test_gelu_keeps_its_derivative(void **state)
 {
     (void)state;
@@ -819,10 +821,38 @@ static void test_gelu_keeps_its_derivative(void **state)
             assert_memory_equal(pf->out.data, pu->out.data, sizeof(float) * (size_t)(N * pf->out.size));
         }
         assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
+        // Backward after that evaluation pass (a gradient check's): the gelus take x, as unfused.
+        memcpy(graph_output(f)->grad, r, sizeof r), memcpy(graph_output(u)->grad, r, sizeof r);
+        graph_backward(f, N), graph_backward(u, N);
+        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
         tl_model_free(&mf);
         tl_model_free(&mu);
     }
     omp_set_num_threads(saved);
+    // Not after a max_pool whose backward reads its output (ga: the relu before it hands the pool
+    // its derivative, read from the winners' signs) nor after an activation sharing its
+    // producer's buffer (gb: the relu's backward reads it): the bits of model.fuse: false.
+    const char *maps = "    - {type: conv, filters: 4, kernel: 3, padding: 1, name: c1}\n"
+                       "    - {type: relu, name: r1}\n"
+                       "    - {type: max_pool, kernel: 2, name: p1}\n"
+                       "    - {type: gelu, name: ga}\n"
+                       "    - {type: flatten, name: fl}\n"
+                       "    - {type: dense, units: 40, name: d1}\n"
+                       "    - {type: relu, name: r2}\n"
+                       "    - {type: gelu, name: gb}\n"
+                       "    - {type: dense, units: 3, name: head}\n";
+    tl_model mf, mu;
+    build_fused_and_not(maps, (gl_shape){3, {2, 8, 8}}, &mf, &mu, true);
+    gl_graph *f = &mf.g, *u = &mu.g;
+    assert_false(f->layers[tl_layer(f, "ga")].keep_deriv);
+    assert_false(f->layers[tl_layer(f, "gb")].keep_deriv);
+    assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "p1")]);
+    assert_true(f->layers[tl_layer(f, "r2")].act_done);
+    float r[N * 3];
+    backward_both(f, u, 97, r);
+    assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+    tl_model_free(&mf);
+    tl_model_free(&mu);
 }
 
 static void test_pool_applies_the_activation_derivative(void **state)

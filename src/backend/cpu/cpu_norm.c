@@ -383,6 +383,10 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
     const int isa = cpu_conv_fast_isa();
     const bool avx2 = isa != CPU_ISA_NONE, avx512 = isa == CPU_ISA_AVX512;
     (void)avx2, (void)avx512;
+    if (n <= 0) {  // no rows: zero sums
+        for (int64_t j = 0; dgamma && j < k; j++) dgamma[j] = dbeta[j] = 0.0f;
+        return;
+    }
     const int64_t parts = (n + LN_PART - 1) / LN_PART;
     const bool par = n * k >= CPU_PAR_MIN_WORK;
     // Too few parts to share among the threads (a layer norm per sample: few rows, many
@@ -401,7 +405,7 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
             ln_row_backward(k, x + i * k, dy + i * k, gamma, mean[i], inv[i], dx + i * k);
         }
     }
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (par && ps)
     for (int64_t p = 0; p < (ps ? parts : 0); p++) {
         double *sw = ps + 2 * k * p, *sb = sw + k;
         memset(sw, 0, sizeof(double) * (size_t)(2 * k));

@@ -32,7 +32,8 @@ static int act_infer(layer_t *l, char *err, size_t errlen) {
 
 static void act_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     if (l->act_done) return;  // the layer before applied it as it stored its output, which is this one's
-    if (l->keep_deriv && train) {  // gelu: x becomes gelu'(x), which backward reads (graph_build)
+    l->deriv_live = l->keep_deriv && train;
+    if (l->deriv_live) {  // gelu: x becomes gelu'(x), which backward reads (graph_build)
         be->gelu_forward_keep(n * l->out.size, l->in[0]->data, l->out.data);
         return;
     }
@@ -50,17 +51,20 @@ static bool act_fusable(const layer_t *l, gl_act *act, float *slope) {
 static void act_backward(layer_t *l, const gl_backend *be, int64_t n) {
     if (!l->in[0]->grad) return;
     layer_t *by = l->grad_by;  // the layer that alone reads this output applies the derivative (graph_build)
-    if (by && l->grad_set[0]) {  // through the output's sign, or the derivative kept (keep_deriv)
+    // A kept gelu after an evaluation forward (a gradient check's) has x, not its derivative:
+    // by's own backward, then this layer's from x.
+    const bool stale = l->keep_deriv && !l->deriv_live;
+    if (by && l->grad_set[0] && !stale) {  // through the output's sign, or the derivative kept
         const float *gate = l->keep_deriv ? l->in[0]->data : l->out.data;
         by->kind->backward_act(by, be, n, act_of(l), slope_of(l), gate, l->in[0]->grad);
         return;
     }
-    if (by) {  // a gradient to add to (a backend without the set kernels): first by's own backward
+    if (by) {  // a gradient to add to (a backend without the set kernels), or stale: by's own backward first
         by->grad_deferred = false;
         by->kind->backward(by, be, n);
         by->grad_deferred = true;
     }
-    if (l->keep_deriv)
+    if (l->deriv_live)
         be->gelu_backward_kept(n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad, l->grad_set[0]);
     else if (l->grad_set[0])
         be->act_backward_set(act_of(l), slope_of(l), n * l->out.size, l->in[0]->data, l->out.grad, l->in[0]->grad);

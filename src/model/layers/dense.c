@@ -117,7 +117,8 @@ static bool dense_sets_grad(const layer_t *l, const gl_backend *be, int k) {
 // layer's input gradient, applied as the product stores it (its input: the activation's output),
 // and so can a gelu that kept its derivative (layer_t.keep_deriv: then the gate).
 static bool dense_takes_act_grad(const layer_t *l, const gl_backend *be, gl_act act, float slope) {
-    return l->tp_role == GL_TP_NONE && be->dense_backward_act && (gl_act_storable(act, slope) || act == ACT_GELU);
+    return l->tp_role == GL_TP_NONE && be->dense_backward_act &&
+           (gl_act_storable(act, slope) || (act == ACT_GELU && be->gelu_backward_kept));
 }
 
 // This layer's backward with dx, the activation's input gradient, written whole through its derivative.
