@@ -718,6 +718,16 @@ static void check_pool_fusion_shared(const char *layers, gl_shape input, int nt)
 // (batch x tokens) and widths take galley's product with the gate in its store, on 1 and 3
 // threads. The gradients are the bits of the graph built with model.fuse: false; an activation
 // before a token pool keeps its own backward.
+// Layer lf's output gradient (fused) against lu's (unfused) bit for bit, unless lf hands its
+// derivative to the layer after it (grad_by), which then writes lf's input gradient instead.
+static void check_out_grad(const layer_t *lf, const layer_t *lu, int nt)
+{
+    for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)
+        if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
+            fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                     lf->out.grad[j], lu->out.grad[j]);
+}
+
 static void test_dense_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -741,13 +751,7 @@ static void test_dense_applies_the_activation_derivative(void **state)
         assert_null(u->layers[tl_layer(u, "r1")].grad_by);
         float r[N * 3];
         backward_both(f, u, 91, r);
-        for (int i = 0; i < f->nlayers; i++) {
-            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-            for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)  // r1, r2: their dense's
-                if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
-                    fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
-                             lf->out.grad[j], lu->out.grad[j]);
-        }
+        for (int i = 0; i < f->nlayers; i++) check_out_grad(&f->layers[i], &u->layers[i], nt);  // r1, r2: their dense's
         assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
         tl_model_free(&mf);
         tl_model_free(&mu);
@@ -808,10 +812,7 @@ static void test_gelu_keeps_its_derivative(void **state)
                 if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                     fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
                              lf->out.data[j], lu->out.data[j]);
-            for (int64_t j = 0; !lf->grad_by && j < N * lf->out.size; j++)  // g1, g2, g3: their dense's
-                if (memcmp(&lf->out.grad[j], &lu->out.grad[j], sizeof(float)))
-                    fail_msg("%d threads: %s.grad[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
-                             lf->out.grad[j], lu->out.grad[j]);
+            check_out_grad(lf, lu, nt);  // g1, g2, g3: their dense's
         }
         assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
         graph_forward(f, N, false);
