@@ -131,61 +131,59 @@ static int gelu_width(int isa) { return !GELU_VECTOR ? 1 : isa >= 2 ? 16 : isa =
 
 #define GELU_CHUNK 4096  // elements per OpenMP iteration (a multiple of 16)
 
-// Chunk [o, o + len) of a pass: forward (dy NULL: out = gelu(x)) or backward (out = dx, (set ? 0
-// : dx) + dy gelu'(x)); whole vectors of width w, the rest by the scalar code (the same bits).
-static void gelu_chunk(int w, int64_t o, int64_t len, const float *x, const float *dy, float *out, int set) {
+// The passes: y = gelu(x); dx (+)= dy gelu'(x); y = gelu(x) with x = gelu'(x) kept in its place;
+// dx (+)= dy d with d that kept derivative (in x's place in the arguments).
+typedef enum { GELU_FWD, GELU_BWD, GELU_FWD_KEEP, GELU_BWD_KEPT } gelu_mode;
+typedef struct {
+    gelu_mode mode;
+    float *x;         // x (written only by GELU_FWD_KEEP), or d (GELU_BWD_KEPT)
+    const float *dy;  // backward's
+    float *out;       // y, or dx
+    int set;          // backward: dx = 0 + the term (else added to)
+} gelu_args;
+
+// Chunk [o, o + len) of a pass: whole vectors of width w, the rest by the scalar code (the same bits).
+static void gelu_chunk(const gelu_args *a, int w, int64_t o, int64_t len) {
     const int64_t vec = w == 1 ? 0 : len / w * w;
+    float *x = a->x + o, *out = a->out + o;
+    const float *dy = a->dy ? a->dy + o : NULL;
 #if GELU_VECTOR
-    if (w == 16) dy ? gelu_backward_512(vec, x + o, dy + o, out + o, set) : gelu_forward_512(vec, x + o, out + o);
-    if (w == 8) dy ? gelu_backward_256(vec, x + o, dy + o, out + o, set) : gelu_forward_256(vec, x + o, out + o);
+#define GELU_VEC(W, SFX)                                                                       \
+    if (w == W) switch (a->mode) {                                                             \
+            case GELU_FWD: gelu_forward_##SFX(vec, x, out); break;                             \
+            case GELU_BWD: gelu_backward_##SFX(vec, x, dy, out, a->set); break;                \
+            case GELU_FWD_KEEP: gelu_forward_keep_##SFX(vec, x, out); break;                   \
+            case GELU_BWD_KEPT: gelu_backward_kept_##SFX(vec, x, dy, out, a->set); break;      \
+        }
+    GELU_VEC(16, 512)
+    GELU_VEC(8, 256)
+#undef GELU_VEC
 #endif
-    for (int64_t i = o + vec; i < o + len; i++)
-        out[i] = dy ? (set ? 0.0f : out[i]) + gelu1_term(x[i], dy[i]) : gelu1_forward(x[i]);
+    for (int64_t i = vec; i < len; i++) switch (a->mode) {
+            case GELU_FWD: out[i] = gelu1_forward(x[i]); break;
+            case GELU_BWD: out[i] = (a->set ? 0.0f : out[i]) + gelu1_term(x[i], dy[i]); break;
+            case GELU_FWD_KEEP: out[i] = gelu1_keep(x[i], &x[i]); break;
+            case GELU_BWD_KEPT: out[i] = (a->set ? 0.0f : out[i]) + dy[i] * x[i]; break;
+        }
 }
 
 // A whole pass, in chunks split across threads.
-static void gelu_pass(int isa, int64_t n, const float *x, const float *dy, float *out, int set) {
+static void gelu_pass(int isa, int64_t n, gelu_args a) {
     const int w = gelu_width(isa);
     const int64_t chunks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
     for (int64_t c = 0; c < chunks; c++) {
         const int64_t o = c * GELU_CHUNK;
-        gelu_chunk(w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK, x, dy, out, set);
-    }
-}
-
-// Chunk [o, o + len) of the kept-derivative passes: forward (d NULL: y = gelu(x), x = gelu'(x)) or
-// backward (dx = (set ? 0 : dx) + dy d).
-static void gelu_keep_chunk(int w, int64_t o, int64_t len, float *x, float *y, const float *d, const float *dy,
-                            float *dx, int set) {
-    const int64_t vec = w == 1 ? 0 : len / w * w;
-#if GELU_VECTOR
-    if (w == 16) d ? gelu_backward_kept_512(vec, d + o, dy + o, dx + o, set) : gelu_forward_keep_512(vec, x + o, y + o);
-    if (w == 8) d ? gelu_backward_kept_256(vec, d + o, dy + o, dx + o, set) : gelu_forward_keep_256(vec, x + o, y + o);
-#endif
-    for (int64_t i = o + vec; i < o + len; i++) {
-        if (d) dx[i] = (set ? 0.0f : dx[i]) + dy[i] * d[i];
-        else y[i] = gelu1_keep(x[i], &x[i]);
-    }
-}
-
-static void gelu_keep_pass(int isa, int64_t n, float *x, float *y, const float *d, const float *dy, float *dx,
-                           int set) {
-    const int w = gelu_width(isa);
-    const int64_t chunks = (n + GELU_CHUNK - 1) / GELU_CHUNK;
-#pragma omp parallel for schedule(static) if (n >= GELU_PAR_MIN)
-    for (int64_t c = 0; c < chunks; c++) {
-        const int64_t o = c * GELU_CHUNK;
-        gelu_keep_chunk(w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK, x, y, d, dy, dx, set);
+        gelu_chunk(&a, w, o, n - o < GELU_CHUNK ? n - o : GELU_CHUNK);
     }
 }
 
 void cpu_gelu_forward_keep_isa(int isa, int64_t n, float *x, float *y) {
-    gelu_keep_pass(isa, n, x, y, NULL, NULL, NULL, 0);
+    gelu_pass(isa, n, (gelu_args){.mode = GELU_FWD_KEEP, .x = x, .out = y});
 }
 
 void cpu_gelu_backward_kept_isa(int isa, int64_t n, const float *d, const float *dy, float *dx, int set) {
-    gelu_keep_pass(isa, n, NULL, NULL, d, dy, dx, set);
+    gelu_pass(isa, n, (gelu_args){.mode = GELU_BWD_KEPT, .x = (float *)d, .dy = dy, .out = dx, .set = set});
 }
 
 // The derivative kept (backend.h's gelu_forward_keep): the backward pass, which computed Phi and
@@ -203,10 +201,13 @@ void cpu_gelu_backward_kept(int64_t n, const float *d, const float *dy, float *d
     cpu_gelu_backward_kept_isa(cpu_isa_best(), n, d, dy, dx, set);
 }
 
-void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y) { gelu_pass(isa, n, x, NULL, y, 0); }
+// (x is only read in these two: the struct's pointer is writable for GELU_FWD_KEEP's sake.)
+void cpu_gelu_forward_isa(int isa, int64_t n, const float *x, float *y) {
+    gelu_pass(isa, n, (gelu_args){.mode = GELU_FWD, .x = (float *)x, .out = y});
+}
 
 void cpu_gelu_backward_isa(int isa, int64_t n, const float *x, const float *dy, float *dx, int set) {
-    gelu_pass(isa, n, x, dy, dx, set);
+    gelu_pass(isa, n, (gelu_args){.mode = GELU_BWD, .x = (float *)x, .dy = dy, .out = dx, .set = set});
 }
 
 // x, y are (n)

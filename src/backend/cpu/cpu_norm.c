@@ -154,6 +154,14 @@ static inline double lanes_total(const double l[4]) { return (l[0] + l[1]) + (l[
 // Rows per part of layer norm's parameter gradients (cpu_layer_norm_backward).
 #define LN_PART 256
 
+// One row's terms of dgamma and dbeta, columns [j, k), added to a part's sums: sw[j] += dy[j]
+// xhat[j] and sb[j] += dy[j] in double (multiply, then add), xhat = (x - mu) * is in float. The
+// portable form, and the vector forms' tail.
+static void ln_cols_add(int64_t j, int64_t k, const float *xp, const float *dyp, float mu, float is, double *sw,
+                        double *sb) {
+    for (; j < k; j++) sw[j] += (double)dyp[j] * (double)((xp[j] - mu) * is), sb[j] += dyp[j];
+}
+
 // Layer norm on AVX2 (also on AVX-512 CPUs): the portable loops below compile to SSE2 in this
 // -O2 build without -march (two doubles a vector, scalar conversions). Backward took 23.2 ms of
 // a 390 ms 2-thread vit-tiny step on a 2-core Xeon, 11.7 ms with these (20 steps timed per
@@ -235,9 +243,8 @@ LN_AVX2 static void ln_row_backward_avx2(int64_t k, const float *xp, const float
     }
 }
 
-// One row's terms of dgamma and dbeta added to a part's sums: sw[j] += dy[j] xhat[j] and sb[j]
-// += dy[j] in double (multiply, then add), xhat = (x - mu) * is in float, as the portable loop.
-// AVX-512: 8 doubles a vector (the row's columns are independent: the same bits as any width).
+// ln_cols_add on AVX-512: 8 doubles a vector (the row's columns are independent: the same bits as
+// any width).
 __attribute__((target("avx512f"))) static void ln_cols_add_512(int64_t k, const float *xp, const float *dyp, float mu,
                                                                float is, double *sw, double *sb) {
     int64_t j = 0;
@@ -253,7 +260,7 @@ __attribute__((target("avx512f"))) static void ln_cols_add_512(int64_t k, const 
         _mm512_storeu_pd(sb + j, _mm512_add_pd(_mm512_loadu_pd(sb + j), d0));
         _mm512_storeu_pd(sb + j + 8, _mm512_add_pd(_mm512_loadu_pd(sb + j + 8), d1));
     }
-    for (; j < k; j++) sw[j] += (double)dyp[j] * (double)((xp[j] - mu) * is), sb[j] += dyp[j];
+    ln_cols_add(j, k, xp, dyp, mu, is, sw, sb);
 }
 
 LN_AVX2 static void ln_cols_add_avx2(int64_t k, const float *xp, const float *dyp, float mu, float is, double *sw,
@@ -266,7 +273,7 @@ LN_AVX2 static void ln_cols_add_avx2(int64_t k, const float *xp, const float *dy
         _mm256_storeu_pd(sw + j, _mm256_add_pd(_mm256_loadu_pd(sw + j), _mm256_mul_pd(d, xh)));
         _mm256_storeu_pd(sb + j, _mm256_add_pd(_mm256_loadu_pd(sb + j), d));
     }
-    for (; j < k; j++) sw[j] += (double)dyp[j] * (double)((xp[j] - mu) * is), sb[j] += dyp[j];
+    ln_cols_add(j, k, xp, dyp, mu, is, sw, sb);
 }
 
 // The column mode of the same sums (few parts: threads take blocks of 16 columns instead):
@@ -418,7 +425,7 @@ void cpu_layer_norm_backward(int64_t n, int64_t k, const float *x, const float *
             if (avx2) continue;
 #endif
             if (dx) ln_row_backward(k, xp, dyp, gamma, mu, is, dx + i * k);
-            for (int64_t j = 0; j < k; j++) sw[j] += (double)dyp[j] * (double)((xp[j] - mu) * is), sb[j] += dyp[j];
+            ln_cols_add(0, k, xp, dyp, mu, is, sw, sb);
         }
     }
     for (int64_t j = 0; ps && j < k; j++) {
