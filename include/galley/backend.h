@@ -137,6 +137,12 @@ typedef struct gl_backend {
     // graph fuses a dense layer with the activation that alone reads it (graph_build).
     void (*dense_forward_act)(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
                               float *y, gl_act act, float slope);
+    // Optional (NULL: no fusion): dense_forward with y = (x . W^T + b) + res as it is stored, res
+    // [N,U] laid out as y (not y itself), the same bits as dense_forward and then an add. The graph
+    // fuses a dense layer (or attention's output projection) with the residual add that alone
+    // reads its output (graph_build).
+    void (*dense_forward_res)(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
+                              const float *res, float *y);
     // dW[U,K] = dy^T . x, db[U] = sum_n dy, dx[N,K] += dy . W (dx may be NULL)
     void (*dense_backward)(int64_t n, int64_t k, int64_t u, const float *x, const float *w,
                            const float *dy, float *dw, float *db, float *dx);

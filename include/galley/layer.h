@@ -65,6 +65,9 @@ typedef struct layer_kind {
     // may give an input that this layer alone reads this layer's output gradient buffer as its
     // own (layer_t.grad_shared), and backward then leaves that input's gradient alone.
     bool grad_is_dy;
+    // Its output is the element-wise sum of its inputs (add): with two inputs, the graph may have
+    // the producer of one add the other as it stores (takes_res, layer_t.store_res).
+    bool sums_inputs;
     // Optional: what its scratch keeps from forward to backward and how it grows, for the memory
     // plan `galley check` prints (e.g. attention: "linear in T: no T x T matrix").
     const char *scratch_doc;
@@ -100,6 +103,9 @@ typedef struct layer_kind {
     // it can write those on this backend instead of its own output (takes_pool).
     bool (*pool_store)(const layer_t *l, gl_pool_store *ps);
     bool (*takes_pool)(const layer_t *l, const gl_backend *be, const int k[3]);
+    // Optional, residual fusion (graph_build): a producer says whether it can add a tensor laid
+    // out as its output as it stores that output, on this backend (layer_t.store_res).
+    bool (*takes_res)(const layer_t *l, const gl_backend *be);
 } layer_kind;
 
 struct layer {
@@ -182,6 +188,11 @@ struct layer {
     // producer has grad_with set to this layer (graph_plan.c places the two as one).
     bool grad_shared[GL_MAX_INPUTS];
     layer_t *grad_with;
+    // Set by graph_build where a sums_inputs layer (add) of two inputs is fused with the producer
+    // of one (graph_fuse_adds): the producer adds store_res, the other input, as it stores its
+    // output, which the add (res_by: that producer) then has as its own: its forward does nothing.
+    const gl_tensor *store_res;
+    layer_t *res_by;
 };
 
 // Value of the layer's key named `key` (a bug if the kind has no such key).

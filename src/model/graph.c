@@ -158,6 +158,38 @@ static int64_t graph_fuse_views(gl_graph *g) {
     return saved;
 }
 
+// Fuses each add of two inputs (sums_inputs) with the producer of one of them where that producer
+// can add the other as it stores its output (takes_res: a dense layer, attention's output
+// projection, on the CPU): the add's forward pass (read both, write the sum) is gone, and its
+// output is the producer's buffer (layer_t.res_by), one buffer less. Only where the producer's
+// output feeds the add alone (nothing else may see it without the residual) and the residual is
+// made by a layer before the producer (it is final when the producer stores). No backward reads
+// the producer's output (dense and attention read their inputs and scratch), and the add's
+// backward reads only its output gradient. A NaN that either term made is seen at the producer
+// (graph_first_nonfinite). The same bits: the store adds the residual once, as the add did.
+// Measured on a 2-core Xeon (AVX-512, vit-tiny's 12 residual adds, 2 threads, 40 steps): the adds'
+// forward passes took 1.5 + 1.8 ms a step (per-layer timing, fastest step); the stores that now
+// read the residual take about 0.4 ms more; samples/s +0.4% to +6.9% in 11 alternating pairs
+// (median +1.8%, every pair faster); activations at batch 64 291.8 -> 255.8 MiB.
+static int64_t graph_fuse_adds(gl_graph *g) {
+    int64_t saved = 0;
+    for (int i = 0; i < g->nlayers; i++) {
+        layer_t *l = &g->layers[i];
+        if (!l->kind->sums_inputs || l->nin != 2 || l->in[0] == l->in[1]) continue;
+        for (int k = 0; k < 2 && !l->res_by; k++) {
+            layer_t *p = graph_producer(g, l->in[k]);
+            const gl_tensor *res = l->in[1 - k];
+            const layer_t *r = graph_producer(g, res);  // NULL: the model input
+            if (!p || !p->kind->takes_res || p->store_res || (r && r >= p)) continue;
+            if (graph_read_by_other(g, i, &p->out) || !p->kind->takes_res(p, g->be)) continue;
+            p->store_res = res;
+            l->res_by = p;
+            saved += l->out.size;
+        }
+    }
+    return saved;
+}
+
 // Gives each input of a grad_is_dy layer (add, flatten) that it alone reads, once, the layer's
 // output gradient as its own (grad_shared, and the producer's grad_with): dx = dy without a copy,
 // one gradient buffer less. Not the model input (no gradient), not an input read twice by the
@@ -282,6 +314,7 @@ int graph_build_tp(gl_graph *g, const recipe_t *r, gl_shape input, int64_t batch
         act -= graph_fuse_acts(g);
         graph_keep_derivs(g), graph_fuse_act_grads(g), graph_fuse_pools(g);
         act -= graph_fuse_views(g);
+        act -= graph_fuse_adds(g);
         graph_share_grads(g);
     }
     g->grad_floats = graph_plan_grads(g, true);
@@ -317,9 +350,11 @@ void graph_bind(gl_graph *g, gl_arena *a) {
     for (int i = 0; i < g->nlayers; i++) {
         layer_t *l = &g->layers[i];
         // a fused activation's output is its producer's (graph_fuse_acts), a view's its input's
-        // (graph_fuse_views; graph_plan_grads placed shared gradients as one)
+        // (graph_fuse_views), a fused add's the producer's that adds it (graph_fuse_adds;
+        // graph_plan_grads placed shared gradients as one)
         l->out.data = l->act_done || l->act_inplace ? g->layers[i - 1].out.data
                       : l->view                      ? l->in[0]->data
+                      : l->res_by                    ? l->res_by->out.data
                                                      : arena_floats(a, l->out.size * g->batch);
         l->out.grad = g->grad_pool + l->grad_off * g->batch;
         l->work = l->work_floats ? g->work : NULL;
@@ -472,7 +507,7 @@ void graph_summary(const gl_graph *g, FILE *out) {
         for (int p = 0; p < l->nparams; p++) np += l->params[p].size;
         shape_format(&l->out.shape, shape, sizeof shape);
         // a fused activation's output is its producer's buffer (graph_fuse_acts)
-        if (l->act_done || l->act_inplace || l->view) snprintf(mem, sizeof mem, "shared");
+        if (l->act_done || l->act_inplace || l->view || l->res_by) snprintf(mem, sizeof mem, "shared");
         else if (!graph_out_written(g, i)) snprintf(mem, sizeof mem, "pooled");
         else human_bytes((double)l->out.size * sizeof(float), mem, sizeof mem);
         fprintf(out, "%-4d %-20s %-12s %-18s %12lld %14lld %12s\n", i, l->cfg->name, l->kind->name, shape,

@@ -270,7 +270,10 @@ static const key_spec model_keys[] = {
      "a reshape or a max_pool; a dense layer after it applies it in backward), so that layer's output then "
      "holds gelu'; a flatten "
      "that alone reads its input takes that input's buffer, and an add or a flatten gives an input that it "
-     "alone reads its own output gradient (no copies): less memory traffic, the same results; false keeps "
+     "alone reads its own output gradient (no copies); an add of two inputs, one a dense or attention layer's "
+     "output that the add alone reads, is computed as that layer stores, the other input (made by a layer "
+     "before it) added there (CPU), so that layer's output then holds the sum: less memory traffic, the same "
+     "results; false keeps "
      "every layer's own output, so a non-finite value is traced to the exact layer that made it"},
     KEY_END,
 };

@@ -1,7 +1,8 @@
 // test_gemm_fast.c: galley's own matrix product (cpu_gemm_fast.c) and the dense layer on it.
 //
 // cpu_gemm_fast promises each element of C as one fmaf chain in k order from its init (c when
-// acc, else bias[j] or 0), the activation applied last, on either instruction set and at any
+// acc, else bias[j] or 0), the activation applied last (then a residual added, where given), on
+// either instruction set and at any
 // thread count. A scalar model of that chain must match bit for bit, for every transpose
 // combination, shapes with partial tiles (the last row tile and column block moved back over
 // their neighbours), depths across the K blocks (256), at 1 and 2 threads, on AVX-512 and AVX2
@@ -22,12 +23,13 @@ static void fill(float *x, size_t n, uint64_t key) {
 typedef struct {
     bool ta, tb, acc, bias;
     int act;  // 0 none, 1 relu, 2 leaky_relu (slope 0.01)
+    bool res;  // a residual laid out as c added as it is stored (cpu_store_act.res)
     int64_t m, n, k;
 } gemm_case;
 
 // The chain cpu_gemm_fast documents, element by element.
 static void model(const gemm_case *g, const float *a, int64_t lda, const float *b, int64_t ldb, const float *bias,
-                  float *c, int64_t ldc) {
+                  const float *res, float *c, int64_t ldc) {
     for (int64_t i = 0; i < g->m; i++)
         for (int64_t j = 0; j < g->n; j++) {
             float s = g->acc ? c[i * ldc + j] : g->bias ? bias[j] : 0.0f;
@@ -37,6 +39,7 @@ static void model(const gemm_case *g, const float *a, int64_t lda, const float *
             }
             if (g->act == 1) s = s > 0.0f ? s : 0.0f;
             if (g->act == 2) s = s > 0.0f ? s : 0.01f * s;
+            if (g->res) s += res[i * ldc + j];
             c[i * ldc + j] = s;
         }
 }
@@ -46,15 +49,19 @@ static void model(const gemm_case *g, const float *a, int64_t lda, const float *
 static bool run_case(int isa, const gemm_case *g, int threads, int at_start, uint64_t key) {
     const int64_t lda = (g->ta ? g->m : g->k) + 3, ldb = (g->tb ? g->k : g->n) + 5, ldc = g->n + 2;
     const int64_t na = (g->ta ? g->k : g->m) * lda - 3, nb = (g->tb ? g->n : g->k) * ldb - 5, nc = g->m * ldc;
-    tl_guard gm[4];
+    // the residual's last row ends at the last column (no padding after it): against the guard page
+    const int64_t nr = g->m * ldc - 2;
+    tl_guard gm[5];
     float *a = tl_guarded((size_t)na, at_start, &gm[0]), *b = tl_guarded((size_t)nb, at_start, &gm[1]);
     float *bias = tl_guarded((size_t)g->n, at_start, &gm[2]), *c = tl_guarded((size_t)nc, at_start, &gm[3]);
+    float *res = tl_guarded((size_t)nr, at_start, &gm[4]);
     float *want = malloc(sizeof(float) * (size_t)nc);
     fill(a, (size_t)na, key), fill(b, (size_t)nb, key + 1);
-    fill(bias, (size_t)g->n, key + 2), fill(c, (size_t)nc, key + 3);
+    fill(bias, (size_t)g->n, key + 2), fill(c, (size_t)nc, key + 3), fill(res, (size_t)nr, key + 4);
     memcpy(want, c, sizeof(float) * (size_t)nc);
-    model(g, a, lda, b, ldb, bias, want, ldc);
-    const cpu_store_act act = {.on = g->act != 0, .act = g->act == 2 ? ACT_LEAKY_RELU : ACT_RELU, .slope = 0.01f};
+    model(g, a, lda, b, ldb, bias, res, want, ldc);
+    const cpu_store_act act = {.on = g->act != 0, .act = g->act == 2 ? ACT_LEAKY_RELU : ACT_RELU, .slope = 0.01f,
+                               .res = g->res ? res : NULL};
     omp_set_num_threads(threads);
     const bool took = cpu_gemm_fast_isa(isa, g->ta, g->tb, g->m, g->n, g->k, a, lda, b, ldb, g->acc,
                                         g->bias ? bias : NULL, act, c, ldc, (g->m + g->k) % 2 == 0);
@@ -62,13 +69,13 @@ static bool run_case(int isa, const gemm_case *g, int threads, int at_start, uin
     if (took) {
         for (int64_t e = 0; e < nc; e++)
             if (memcmp(&c[e], &want[e], sizeof(float)) != 0)
-                fail_msg("isa %d, ta %d tb %d acc %d bias %d act %d, %ld x %ld x %ld, %d threads: c[%ld][%ld] = %.9g, "
-                         "the chain gives %.9g",
-                         isa, g->ta, g->tb, g->acc, g->bias, g->act, (long)g->m, (long)g->n, (long)g->k, threads,
+                fail_msg("isa %d, ta %d tb %d acc %d bias %d act %d res %d, %ld x %ld x %ld, %d threads: c[%ld][%ld] = "
+                         "%.9g, the chain gives %.9g",
+                         isa, g->ta, g->tb, g->acc, g->bias, g->act, g->res, (long)g->m, (long)g->n, (long)g->k, threads,
                          (long)(e / ldc), (long)(e % ldc), (double)c[e], (double)want[e]);
     }
     free(want);
-    for (int i = 0; i < 4; i++) tl_guard_free(&gm[i]);
+    for (int i = 0; i < 5; i++) tl_guard_free(&gm[i]);
     return took;
 }
 
@@ -90,7 +97,7 @@ static void test_gemm_fast_sums_in_the_documented_order(void **state) {
                     for (int z = 0; z < 5; z++) {
                         const int v = (x + y + z + t) % 4;
                         gemm_case g = {.ta = t & 1, .tb = t >> 1, .acc = v == 1, .bias = v == 2, .act = (x + z) % 3,
-                                       .m = ms[x], .n = ns[y], .k = ks[z]};
+                                       .res = (x + 2 * y + z) % 3 == 0, .m = ms[x], .n = ns[y], .k = ks[z]};
                         const uint64_t key = (uint64_t)(((isa * 4 + t) * 5 + x) * 4 + y) * 5 + z;
                         assert_true(run_case(isa, &g, 1 + (x + y) % 2, (int)(key % 2), key * 8));
                         cases++;
@@ -111,7 +118,7 @@ static void test_gemm_fast_few_rows_forward(void **state) {
         for (int y = 0; y < 2; y++)
             for (int z = 0; z < 3; z++) {
                 const gemm_case g = {.tb = true, .bias = (x + z) % 2 == 0, .act = (x + y + z) % 3,
-                                     .m = ms[x], .n = ns[y], .k = ks[z]};
+                                     .res = (x + y) % 3 == 1, .m = ms[x], .n = ns[y], .k = ks[z]};
                 assert_true(run_case(cpu_conv_fast_isa(), &g, 1 + (x + y + z) % 2, 0, 31 + (uint64_t)cases));
                 cases++;
             }
@@ -273,6 +280,30 @@ static void test_dense_forward_act_is_the_two_passes(void **state) {
         }
 }
 
+// The fused residual (the graph's dense -> add) gives the bits of the product and then the add
+// layer's sum, on galley's product (a partial last tile and column block) and on the OpenBLAS
+// fallback (10 units, under a tile), at 1 and 2 threads.
+static void test_dense_forward_res_is_the_add(void **state) {
+    (void)state;
+    const int64_t shapes[][3] = {{131, 100, 70}, {128, 64, 10}};
+    for (int s = 0; s < 2; s++)
+        for (int threads = 1; threads <= 2; threads++) {
+            const int64_t n = shapes[s][0], k = shapes[s][1], u = shapes[s][2];
+            float *x = malloc(sizeof(float) * (size_t)(n * k)), *w = malloc(sizeof(float) * (size_t)(u * k));
+            float *b = malloc(sizeof(float) * (size_t)u), *y = malloc(sizeof(float) * (size_t)(n * u));
+            float *r = malloc(sizeof(float) * (size_t)(n * u)), *z = malloc(sizeof(float) * (size_t)(n * u));
+            fill(x, (size_t)(n * k), 90 + s), fill(w, (size_t)(u * k), 91 + s), fill(b, (size_t)u, 92 + s);
+            fill(r, (size_t)(n * u), 93 + s);
+            omp_set_num_threads(threads);
+            cpu_dense_forward(n, k, u, x, w, b, y);
+            for (int64_t e = 0; e < n * u; e++) y[e] = y[e] + r[e];
+            cpu_dense_forward_res(n, k, u, x, w, b, r, z);
+            omp_set_num_threads(2);
+            assert_memory_equal(y, z, sizeof(float) * (size_t)(n * u));
+            free(x), free(w), free(b), free(y), free(r), free(z);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_fast_sums_in_the_documented_order),
@@ -282,6 +313,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_depth_adds_serial_parts_in_order),
         cmocka_unit_test(test_dense_kernels_match_double_loops),
         cmocka_unit_test(test_dense_forward_act_is_the_two_passes),
+        cmocka_unit_test(test_dense_forward_res_is_the_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -856,6 +856,74 @@ static void test_gelu_keeps_its_derivative(void **state)
     tl_model_free(&mu);
 }
 
+// A residual add of two inputs is fused with the producer of one (graph_fuse_adds) where that
+// producer (a dense layer, attention's output projection) can add the other as it stores and its
+// output feeds the add alone: attention adding the model input (r1), a dense layer adding an add's
+// output (r2: the sum lies in attention's buffer), a dense layer adding an input that another
+// layer also reads (r3); of two dense layers over one input, the later one, whose residual is
+// then made (r5: the earlier one would read a residual not yet computed); none where the
+// producer's output is read twice (r6). Forward and backward give the bits of model.fuse: false at
+// 1 and 3 threads, an evaluation pass too, with one buffer less per fused add.
+static void test_residual_add_fusion_keeps_the_bits(void **state)
+{
+    (void)state;
+    const char *layers = "    - {type: layer_norm, name: n1}\n"
+                         "    - {type: attention, heads: 2, name: at}\n"
+                         "    - {type: add, inputs: [at, input], name: r1}\n"
+                         "    - {type: dense, units: 40, name: d1}\n"
+                         "    - {type: add, inputs: [r1, d1], name: r2}\n"
+                         "    - {type: dense, units: 40, name: d2}\n"
+                         "    - {type: gelu, name: g}\n"
+                         "    - {type: dense, units: 40, name: d3}\n"
+                         "    - {type: add, inputs: [d3, d2], name: r3}\n"
+                         "    - {type: dense, units: 40, name: d5, inputs: [r3]}\n"
+                         "    - {type: dense, units: 40, name: d6, inputs: [r3]}\n"
+                         "    - {type: add, inputs: [d5, d6], name: r5}\n"
+                         "    - {type: dense, units: 40, name: d7}\n"
+                         "    - {type: add, inputs: [d7, r5], name: r6}\n"
+                         "    - {type: dense, units: 40, name: d8, inputs: [d7]}\n"
+                         "    - {type: add, inputs: [d8, r6], name: r7}\n"
+                         "    - {type: token_pool, mode: mean, name: pool}\n"
+                         "    - {type: dense, units: 3, name: head}\n";
+    const char *const adds[] = {"r1", "r2", "r3", "r5", "r7"}, *const by[] = {"at", "d1", "d3", "d6", "d8"};
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        tl_model mf, mu;
+        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
+        gl_graph *f = &mf.g, *u = &mu.g;
+        for (int k = 0; k < 5; k++) {
+            const layer_t *a = &f->layers[tl_layer(f, adds[k])], *p = &f->layers[tl_layer(f, by[k])];
+            assert_ptr_equal(a->res_by, p);
+            assert_ptr_equal(a->out.data, p->out.data);
+            assert_null(u->layers[tl_layer(u, adds[k])].res_by);
+        }
+        assert_ptr_equal(f->layers[tl_layer(f, "d1")].store_res, &f->layers[tl_layer(f, "r1")].out);
+        assert_ptr_equal(f->layers[tl_layer(f, "d6")].store_res, &f->layers[tl_layer(f, "d5")].out);
+        assert_null(f->layers[tl_layer(f, "d5")].store_res);
+        assert_null(f->layers[tl_layer(f, "r6")].res_by);  // d7 is read by d8 too; r5 is an add's
+        // one output buffer less per fused add (the gradients' pool is planned apart)
+        assert_true(f->act_floats - f->grad_floats + 5 * 16 * 40 == u->act_floats - u->grad_floats);
+        float r[N * 3];
+        backward_both(f, u, 101, r);
+        for (int i = 0; i < f->nlayers; i++) {
+            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+            for (int64_t j = 0; !lf->store_res && j < N * lf->out.size; j++)  // a producer holds the sum
+                if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
+                    fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                             lf->out.data[j], lu->out.data[j]);
+            check_out_grad(lf, lu, nt);
+        }
+        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+        graph_forward(f, N, false);
+        graph_forward(u, N, false);
+        assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
+        tl_model_free(&mf);
+        tl_model_free(&mu);
+    }
+    omp_set_num_threads(saved);
+}
+
 static void test_pool_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -1342,6 +1410,7 @@ int main(void)
         cmocka_unit_test(test_pool_applies_the_activation_derivative),
         cmocka_unit_test(test_dense_applies_the_activation_derivative),
         cmocka_unit_test(test_gelu_keeps_its_derivative),
+        cmocka_unit_test(test_residual_add_fusion_keeps_the_bits),
         cmocka_unit_test(test_conv_writes_the_pool_after_it),
         cmocka_unit_test(test_gradients_share_memory_by_lifetime),
         cmocka_unit_test(test_gradient_sharing_on_random_graphs),

@@ -93,6 +93,7 @@ static const gl_backend cpu = {
     .upload_wait = cpu_upload_wait,
     .dense_forward = cpu_dense_forward,
     .dense_forward_act = cpu_dense_forward_act,
+    .dense_forward_res = cpu_dense_forward_res,
     .dense_backward = cpu_dense_backward,
     .dense_backward_set = cpu_dense_backward_set,
     .dense_backward_act = cpu_dense_backward_act,

@@ -94,6 +94,20 @@ void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const fl
     cpu_gemm(false, true, n, u, k, x, k, w, k, b ? 1.0f : 0.0f, y, u);
 }
 
+// As cpu_dense_forward, y = (x W^T + b) + res as it is stored (res laid out as y): the bits of
+// cpu_dense_forward and then an add (one rounding of the two, in either order). The residual add's
+// own pass (read both, write the sum) is gone. Measured: see graph_fuse_adds.
+void cpu_dense_forward_res(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
+                           const float *res, float *y) {
+    const cpu_store_act sr = {.res = res};
+    if (cpu_gemm_fast(false, true, n, u, k, x, k, w, k, false, b, sr, y, u, false)) return;
+    cpu_dense_forward(n, k, u, x, w, b, y);  // small, or no AVX2: in two passes
+#pragma omp parallel for schedule(static) if (n * u >= 65536)
+    for (int64_t i = 0; i < n; i++)
+#pragma omp simd
+        for (int64_t j = 0; j < u; j++) y[i * u + j] += res[i * u + j];
+}
+
 // As cpu_dense_forward, y = act(x W^T + b) as it is stored: the same bits as the two passes
 // (cpu_gemm_fast's activation is cpu_act_forward's expression).
 void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y,

@@ -4,7 +4,7 @@
 // c[M, N] = init + op(a)[M, K] . op(b)[K, N], row-major, init = c itself (acc), else bias[j] per
 // column (or 0); act (relu, leaky_relu) applied as c is stored, or its derivative through a gate
 // array laid out as c (cpu_store_act.gate: a dense layer's input gradient through the relu before
-// it). A 12 x 32 register tile of C (24 AVX-512 accumulators) takes, for each k in order, 2 vectors
+// it); then a residual array laid out as c added (cpu_store_act.res: a residual add's other input). A 12 x 32 register tile of C (24 AVX-512 accumulators) takes, for each k in order, 2 vectors
 // of op(b)'s row k and 12 broadcasts of op(a)'s column k: every element of C is one chain of fused
 // multiply-adds in k order from its init, whichever tile, thread or instruction set computes it, so
 // the bits do not depend on the thread count, and AVX2 (which runs the tile as four 6 x 16
@@ -81,6 +81,7 @@ typedef struct {
     const float *bias;      // per column, at j0 (first k block only); NULL: 0
     cpu_store_act act;      // applied after the last k block
     const float *gate;      // act.gate at [i0][j0] (with act.on: the derivative's gate), else NULL
+    const float *res;       // act.res at [i0][j0] (the last k block only), else NULL
 } gf_tile_job;
 
 #if GF_BUILT
@@ -117,9 +118,11 @@ GF_512 static void gf_tile512(const gf_tile_job *t) {
             c[i][0] = c[i][1] = _mm512_setzero_ps();
         }
     }
-    // The gate's rows, wanted at the store: fetched while the sums run.
+    // The gate's and the residual's rows, wanted at the store: fetched while the sums run.
     for (int i = 0; t->gate && i < GM; i++) _mm_prefetch((const char *)(t->gate + i * t->ldc), _MM_HINT_T0),
                                              _mm_prefetch((const char *)(t->gate + i * t->ldc + 16), _MM_HINT_T0);
+    for (int i = 0; t->res && i < GM; i++) _mm_prefetch((const char *)(t->res + i * t->ldc), _MM_HINT_T0),
+                                            _mm_prefetch((const char *)(t->res + i * t->ldc + 16), _MM_HINT_T0);
     const float *b = t->b;
     const int64_t kc = t->kc, ldb = t->ldb, lda = t->lda;
     // Fully unrolled over i so the 24 sums stay in registers.
@@ -160,6 +163,10 @@ GF_512 static void gf_tile512(const gf_tile_job *t) {
             hi = gf_gate512(t->act, _mm512_maskz_loadu_ps(m1, t->gate + i * t->ldc + 16), hi);
         } else if (t->act.on) {
             lo = gf_act512(t->act, lo), hi = gf_act512(t->act, hi);
+        }
+        if (t->res) {
+            lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(m0, t->res + i * t->ldc));
+            hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(m1, t->res + i * t->ldc + 16));
         }
         _mm512_mask_storeu_ps(t->c + i * t->ldc, m0, lo);
         _mm512_mask_storeu_ps(t->c + i * t->ldc + 16, m1, hi);
@@ -203,6 +210,7 @@ GF_256 static void gf_quarter256(const gf_tile_job *t, int q0, int h) {
         }
     }
     for (int i = 0; t->gate && i < 6; i++) _mm_prefetch((const char *)(t->gate + (q0 + i) * t->ldc + h), _MM_HINT_T0);
+    for (int i = 0; t->res && i < 6; i++) _mm_prefetch((const char *)(t->res + (q0 + i) * t->ldc + h), _MM_HINT_T0);
     const float *b = t->b + h;
     const int64_t kc = t->kc, ldb = t->ldb, lda = t->lda;
 #define GF_FMA(AEL, i)                                      \
@@ -239,6 +247,10 @@ GF_256 static void gf_quarter256(const gf_tile_job *t, int q0, int h) {
             hi = gf_gate256(t->act, _mm256_maskload_ps(t->gate + (q0 + i) * t->ldc + h + 8, m1), hi);
         } else if (t->act.on) {
             lo = gf_act256(t->act, lo), hi = gf_act256(t->act, hi);
+        }
+        if (t->res) {
+            lo = _mm256_add_ps(lo, _mm256_maskload_ps(t->res + (q0 + i) * t->ldc + h, m0));
+            hi = _mm256_add_ps(hi, _mm256_maskload_ps(t->res + (q0 + i) * t->ldc + h + 8, m1));
         }
         _mm256_maskstore_ps(t->c + (q0 + i) * t->ldc + h, m0, lo);
         _mm256_maskstore_ps(t->c + (q0 + i) * t->ldc + h + 8, m1, hi);
@@ -321,6 +333,7 @@ static void gf_task_at(const gf_call *g, int64_t i_lo, int64_t i_hi, int64_t jb_
                 gf_tile_job t = gf_job(g, k0, kc, jb, &j0);
                 t.lda = GM, t.a = pk, t.b = g->b + k0 * g->ldb + j0, t.c = g->c + i0 * g->ldc + j0;
                 t.gate = t.act.on && t.act.gate ? t.act.gate + i0 * g->ldc + j0 : NULL;
+                t.res = t.act.res ? t.act.res + i0 * g->ldc + j0 : NULL;
                 t.r0 = (int)(i - i0);
                 g->tile(&t);
             }
@@ -379,6 +392,7 @@ static void gf_task(const gf_call *g, int64_t q, gf_bcache *bc) {
                 t.a = g->ta ? g->a + k0 * g->lda + i0 : g->a + i0 * g->lda + k0;
                 t.c = g->c + i0 * g->ldc + j0;
                 t.gate = t.act.on && t.act.gate ? t.act.gate + i0 * g->ldc + j0 : NULL;
+                t.res = t.act.res ? t.act.res + i0 * g->ldc + j0 : NULL;
                 g->tile(&t);
             }
         }
@@ -466,7 +480,8 @@ bool cpu_gemm_fast_isa(int isa, bool ta, bool tb, int64_t m, int64_t n, int64_t 
                  .lda = lda, .ldb = ldb, .ldc = ldc, .a = a, .b = b, .bias = bias, .c = c, .act = act};
 #if GF_BUILT
     // A forward over fewer rows than columns (the MLP's batch of 128 into 512 units): transposed.
-    if (isa == CPU_ISA_AVX512 && tb && !ta && !acc && !act.gate && m >= GN && m < n && gf_fwd_t(&g)) return true;
+    if (isa == CPU_ISA_AVX512 && tb && !ta && !acc && !act.gate && !act.res && m >= GN && m < n && gf_fwd_t(&g))
+        return true;
 #endif
     // Row chunks of GMC rows and column groups of at most GJB blocks (sizes differing by at most
     // one), more groups while that leaves fewer than 8 tasks. A weight gradient (gf_task_at) packs

@@ -23,6 +23,8 @@ int64_t cpu_gemm_depth_parts(int64_t m, int64_t n, int64_t k);
 void cpu_gemm_depth(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
                     int64_t ldb, float *c, int64_t ldc);
 void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y);
+void cpu_dense_forward_res(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
+                           const float *res, float *y);
 void cpu_dense_forward_act(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b, float *y,
                            gl_act act, float slope);
 void cpu_dense_backward(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *dy, float *dw,
@@ -91,6 +93,9 @@ typedef struct {
     // act ACT_GELU, c = 0 + c * gate, gate gelu' as cpu_gelu_forward_keep left it
     // (cpu_gelu_backward_kept's bits).
     const float *gate;
+    // cpu_gemm_fast only: an array laid out as c (same ldc) added as c is stored, after the
+    // activation: c = act(c) + res (a dense layer's output and the residual added to it).
+    const float *res;
 } cpu_store_act;
 // A max pool written as the convolution stores its output (NULL: none): windows {kd, 2, 2} (kd 1
 // or 2) at stride the window, no padding, over an output whose D, H, W they tile; y (N,F,D/kd,

@@ -175,8 +175,16 @@ static void attention_forward(layer_t *l, const gl_backend *be, int64_t n, bool 
                           (uint64_t)l->step, attn_base(l, &a), qkv, o, lse);
     if (l->tp_role == GL_TP_HEADS)
         tp_row_forward(l->tp, be, n * a.t, a.w, a.d, o, wout, bout, l->out.data, attn_tp_work(l, &a));
+    else if (l->store_res)  // + the residual add after this layer, fused (graph_build)
+        be->dense_forward_res(n * a.t, a.d, a.d, o, wout, bout, l->store_res->data, l->out.data);
     else
         be->dense_forward(n * a.t, a.d, a.d, o, wout, bout, l->out.data);
+}
+
+// Whether the residual add after it can be applied as the output projection stores: on a backend
+// that does, without tensor parallelism (whose parts are summed after the product).
+static bool attention_takes_res(const layer_t *l, const gl_backend *be) {
+    return l->tp_role != GL_TP_HEADS && be->dense_forward_res;
 }
 
 // Backward replays forward's draws: the graph keeps l->seed, step and row0 of the forward it follows.
@@ -231,4 +239,5 @@ const layer_kind layer_attention = {
     .forward = attention_forward,
     .backward = attention_backward,
     .sets_grad = attention_sets_grad,
+    .takes_res = attention_takes_res,
 };

@@ -85,7 +85,15 @@ static void dense_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     else if (l->tp_role == GL_TP_ROW) tp_row_forward(l->tp, be, n * t, k, u, l->in[0]->data, l->w, b, l->out.data, l->work);
     else if (l->store_act_on)  // y = act(x W^T + b): the activation after this layer, fused (graph_build)
         be->dense_forward_act(n * t, k, u, l->in[0]->data, l->w, b, l->out.data, l->store_act, l->store_slope);
+    else if (l->store_res)  // y = (x W^T + b) + res: the residual add after this layer, fused (graph_build)
+        be->dense_forward_res(n * t, k, u, l->in[0]->data, l->w, b, l->store_res->data, l->out.data);
     else be->dense_forward(n * t, k, u, l->in[0]->data, l->w, b, l->out.data);
+}
+
+// Whether the residual add after it can be applied as the output is stored: as dense_takes_act,
+// and not with an activation fused already (which the add would have to follow).
+static bool dense_takes_res(const layer_t *l, const gl_backend *be) {
+    return l->tp_role == GL_TP_NONE && be->dense_forward_res && !l->store_act_on;
 }
 
 // Whether the activation after it can be applied as the output is stored: on a backend that
@@ -142,6 +150,7 @@ const layer_kind layer_dense = {
     .backward = dense_backward,
     .sets_grad = dense_sets_grad,
     .takes_act = dense_takes_act,
+    .takes_res = dense_takes_res,
     .takes_act_grad = dense_takes_act_grad,
     .backward_act = dense_backward_act,
 };

@@ -36,6 +36,7 @@ static int add_infer(layer_t *l, char *err, size_t errlen) {
 
 static void add_forward(layer_t *l, const gl_backend *be, int64_t n, bool train) {
     (void)train;
+    if (l->res_by) return;  // the producer of one input added the other as it stored (graph_build)
     int64_t count = n * l->out.size, len = l->out.size;
     // One row a sample: the CPU's copy_rows runs rows in parallel (a single row of the whole
     // batch was one thread's memcpy).
@@ -71,6 +72,7 @@ const layer_kind layer_add = {
     .min_inputs = 2,
     .max_inputs = 8,
     .grad_is_dy = true,
+    .sums_inputs = true,
     .infer = add_infer,
     .forward = add_forward,
     .backward = add_backward,
