@@ -36,6 +36,7 @@ static void print_plan(const recipe_t *r, const gl_graph *cpu, const gl_dataset 
     train_plan_of(r, cpu, d, &one, false, false, &pc);  // the CPU does not stage (no upload_async)
     gl_backend view = *backend_cpu();
     view.device = 1, view.own_conv_workspace = 1;
+    view.dense_forward_res = NULL;  // the CUDA backend does not fuse residual adds: each keeps its buffer
     gl_graph g;
     if (graph_build_tp(&g, r, d->shape, r->train.batch_size, &view, tp, stderr) != 0) {
         graph_free(&g);

@@ -64,6 +64,14 @@ for r in "${recipes[@]}"; do
     roundtrip "$r" "shipped-$(basename "$r" .yaml)"
 done
 
+# vit-tiny's 12 residual adds: on the CPU each is computed as the layer before it stores (model.fuse,
+# graph_fuse_adds) and has no buffer of its own; the CUDA backend keeps them (3 MiB each at batch 64).
+acts() { grep "^#   on $1" "$GL_TMP/shipped-vit-tiny.out1.yaml" | sed -E 's/.*activations ([0-9.]+) MiB.*/\1/'; }
+gpu_acts=$(acts "a GPU") cpu_acts=$(acts "the CPU")
+awk -v g="$gpu_acts" -v c="$cpu_acts" 'BEGIN { exit !(g - c > 35.95 && g - c < 36.05) }' ||
+    fail "vit-tiny's plan: activations $gpu_acts MiB on a GPU, $cpu_acts on the CPU; want the GPU's 36.0 MiB more"
+info "vit-tiny's plan: the CPU's fused residual adds save 36.0 MiB of activations ($cpu_acts against $gpu_acts)"
+
 # ---- awkward values: strings that need quoting, floats that need 17 digits, every layer type
 awk1=$GL_TMP/awkward.yaml
 cat >"$awk1" <<'EOF'
