@@ -281,12 +281,13 @@ static void test_dense_forward_act_is_the_two_passes(void **state) {
 }
 
 // The fused residual (the graph's dense -> add) gives the bits of the product and then the add
-// layer's sum, on galley's product (a partial last tile and column block) and on the OpenBLAS
-// fallback (10 units, under a tile), at 1 and 2 threads.
+// layer's sum, on galley's product (a partial last tile and column block), on the OpenBLAS
+// fallback (10 units, under a tile) and in two passes for fewer rows than units (the transposed
+// forward, then the add, threaded at this size), at 1 and 2 threads.
 static void test_dense_forward_res_is_the_add(void **state) {
     (void)state;
-    const int64_t shapes[][3] = {{131, 100, 70}, {128, 64, 10}};
-    for (int s = 0; s < 2; s++)
+    const int64_t shapes[][3] = {{131, 100, 70}, {128, 64, 10}, {128, 64, 600}};
+    for (int s = 0; s < 3; s++)
         for (int threads = 1; threads <= 2; threads++) {
             const int64_t n = shapes[s][0], k = shapes[s][1], u = shapes[s][2];
             float *x = malloc(sizeof(float) * (size_t)(n * k)), *w = malloc(sizeof(float) * (size_t)(u * k));

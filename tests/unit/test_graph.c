@@ -862,8 +862,10 @@ static void test_gelu_keeps_its_derivative(void **state)
 // output (r2: the sum lies in attention's buffer), a dense layer adding an input that another
 // layer also reads (r3); of two dense layers over one input, the later one, whose residual is
 // then made (r5: the earlier one would read a residual not yet computed); none where the
-// producer's output is read twice (r6). Forward and backward give the bits of model.fuse: false at
-// 1 and 3 threads, an evaluation pass too, with one buffer less per fused add.
+// producer's output is read twice (r6). A fused add's output (the producer's buffer) may then be
+// shared again: a relu runs in place on it (ra), a gelu keeps its derivative there (g7). Forward
+// and backward give the bits of model.fuse: false at 1 and 3 threads, an evaluation pass too, with
+// one buffer less per fused add.
 static void test_residual_add_fusion_keeps_the_bits(void **state)
 {
     (void)state;
@@ -872,6 +874,7 @@ static void test_residual_add_fusion_keeps_the_bits(void **state)
                          "    - {type: add, inputs: [at, input], name: r1}\n"
                          "    - {type: dense, units: 40, name: d1}\n"
                          "    - {type: add, inputs: [r1, d1], name: r2}\n"
+                         "    - {type: relu, name: ra}\n"
                          "    - {type: dense, units: 40, name: d2}\n"
                          "    - {type: gelu, name: g}\n"
                          "    - {type: dense, units: 40, name: d3}\n"
@@ -883,6 +886,7 @@ static void test_residual_add_fusion_keeps_the_bits(void **state)
                          "    - {type: add, inputs: [d7, r5], name: r6}\n"
                          "    - {type: dense, units: 40, name: d8, inputs: [d7]}\n"
                          "    - {type: add, inputs: [d8, r6], name: r7}\n"
+                         "    - {type: gelu, name: g7}\n"
                          "    - {type: token_pool, mode: mean, name: pool}\n"
                          "    - {type: dense, units: 3, name: head}\n";
     const char *const adds[] = {"r1", "r2", "r3", "r5", "r7"}, *const by[] = {"at", "d1", "d3", "d6", "d8"};
@@ -902,13 +906,20 @@ static void test_residual_add_fusion_keeps_the_bits(void **state)
         assert_ptr_equal(f->layers[tl_layer(f, "d6")].store_res, &f->layers[tl_layer(f, "d5")].out);
         assert_null(f->layers[tl_layer(f, "d5")].store_res);
         assert_null(f->layers[tl_layer(f, "r6")].res_by);  // d7 is read by d8 too; r5 is an add's
+        assert_true(f->layers[tl_layer(f, "ra")].act_inplace);
+        assert_true(f->layers[tl_layer(f, "g7")].keep_deriv);
         // one output buffer less per fused add (the gradients' pool is planned apart)
-        assert_true(f->act_floats - f->grad_floats + 5 * 16 * 40 == u->act_floats - u->grad_floats);
+        // (and the in-place relu's)
+        assert_true(f->act_floats - f->grad_floats + 6 * 16 * 40 == u->act_floats - u->grad_floats);
         float r[N * 3];
         backward_both(f, u, 101, r);
         for (int i = 0; i < f->nlayers; i++) {
             const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-            for (int64_t j = 0; !lf->store_res && j < N * lf->out.size; j++)  // a producer holds the sum
+            // a producer holds the sum; an add's buffer, the relu's output or the gelu's derivative
+            bool other = lf->store_res;
+            for (int j = i + 1; j < f->nlayers; j++)
+                other |= f->layers[j].in[0] == &lf->out && (f->layers[j].act_inplace || f->layers[j].keep_deriv);
+            for (int64_t j = 0; !other && j < N * lf->out.size; j++)
                 if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
                     fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
                              lf->out.data[j], lu->out.data[j]);

@@ -96,12 +96,15 @@ void cpu_dense_forward(int64_t n, int64_t k, int64_t u, const float *x, const fl
 
 // As cpu_dense_forward, y = (x W^T + b) + res as it is stored (res laid out as y): the bits of
 // cpu_dense_forward and then an add (one rounding of the two, in either order). The residual add's
-// own pass (read both, write the sum) is gone. Measured: see graph_fuse_adds.
+// own pass (read both, write the sum) is gone. Measured: see graph_fuse_adds. Fewer rows than
+// units (a small batch's MLP) keep the two passes: cpu_gemm_fast computes such a forward
+// transposed, 6-12% faster there, and its tiles do not take a residual; the add over so few rows
+// is the cheaper part.
 void cpu_dense_forward_res(int64_t n, int64_t k, int64_t u, const float *x, const float *w, const float *b,
                            const float *res, float *y) {
     const cpu_store_act sr = {.res = res};
-    if (cpu_gemm_fast(false, true, n, u, k, x, k, w, k, false, b, sr, y, u, false)) return;
-    cpu_dense_forward(n, k, u, x, w, b, y);  // small, or no AVX2: in two passes
+    if (n >= u && cpu_gemm_fast(false, true, n, u, k, x, k, w, k, false, b, sr, y, u, false)) return;
+    cpu_dense_forward(n, k, u, x, w, b, y);  // few rows, small, or no AVX2: in two passes
 #pragma omp parallel for schedule(static) if (n * u >= 65536)
     for (int64_t i = 0; i < n; i++)
 #pragma omp simd

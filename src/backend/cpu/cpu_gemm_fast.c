@@ -4,7 +4,8 @@
 // c[M, N] = init + op(a)[M, K] . op(b)[K, N], row-major, init = c itself (acc), else bias[j] per
 // column (or 0); act (relu, leaky_relu) applied as c is stored, or its derivative through a gate
 // array laid out as c (cpu_store_act.gate: a dense layer's input gradient through the relu before
-// it); then a residual array laid out as c added (cpu_store_act.res: a residual add's other input). A 12 x 32 register tile of C (24 AVX-512 accumulators) takes, for each k in order, 2 vectors
+// it); then a residual array laid out as c added (cpu_store_act.res: a residual add's other
+// input). A 12 x 32 register tile of C (24 AVX-512 accumulators) takes, for each k in order, 2 vectors
 // of op(b)'s row k and 12 broadcasts of op(a)'s column k: every element of C is one chain of fused
 // multiply-adds in k order from its init, whichever tile, thread or instruction set computes it, so
 // the bits do not depend on the thread count, and AVX2 (which runs the tile as four 6 x 16

@@ -94,7 +94,8 @@ typedef struct {
     // (cpu_gelu_backward_kept's bits).
     const float *gate;
     // cpu_gemm_fast only: an array laid out as c (same ldc) added as c is stored, after the
-    // activation: c = act(c) + res (a dense layer's output and the residual added to it).
+    // activation or the gate: c = act(c) + res, or gate's derivative of c + res (a dense layer's
+    // output and the residual added to it).
     const float *res;
 } cpu_store_act;
 // A max pool written as the convolution stores its output (NULL: none): windows {kd, 2, 2} (kd 1

@@ -90,10 +90,11 @@ static void dense_forward(layer_t *l, const gl_backend *be, int64_t n, bool trai
     else be->dense_forward(n * t, k, u, l->in[0]->data, l->w, b, l->out.data);
 }
 
-// Whether the residual add after it can be applied as the output is stored: as dense_takes_act,
-// and not with an activation fused already (which the add would have to follow).
+// Whether the residual add after it can be applied as the output is stored: on a backend that
+// does, without tensor parallelism (as dense_takes_act). A fused activation is never there: it
+// reads this output, which the add must read alone.
 static bool dense_takes_res(const layer_t *l, const gl_backend *be) {
-    return l->tp_role == GL_TP_NONE && be->dense_forward_res && !l->store_act_on;
+    return l->tp_role == GL_TP_NONE && be->dense_forward_res;
 }
 
 // Whether the activation after it can be applied as the output is stored: on a backend that
