@@ -40,10 +40,10 @@ static void nonfinite_diagnose(const gl_run *u, int64_t n) {
     for (int i = 0; first >= 0 && i < first; i++)
         if (g->layers[i].store_pool == &g->layers[first]) writer = &g->layers[i];
     char also[256] = "";
-    const layer_t *sum = first >= 0 && g->layers[first].store_res ? &g->layers[first] : NULL;
-    for (int i = first + 1; sum && i < g->nlayers; i++)
-        if (g->layers[i].res_by == sum) sum = &g->layers[i];
-    if (sum == &g->layers[first]) sum = NULL;
+    // An add whose sum that layer stores as its output (graph_fuse_adds).
+    const layer_t *sum = NULL;
+    for (int i = first + 1; first >= 0 && i < g->nlayers; i++)
+        if (g->layers[i].res_by == &g->layers[first]) sum = &g->layers[i];
     if (sum)
         snprintf(also, sizeof also, " or the add '%s' (model.layers[%d]) after it, whose sum it stores as its "
                  "output (model.fuse: false tells them apart)", sum->cfg->name, sum->cfg->index);

@@ -728,6 +728,25 @@ static void check_out_grad(const layer_t *lf, const layer_t *lu, int nt)
                      lf->out.grad[j], lu->out.grad[j]);
 }
 
+// After backward_both: every layer's output but those a later layer reuses (a fused add's producer
+// holds the sum; a relu running in place or a gelu keeping its derivative overwrites its input),
+// every output gradient and the parameter gradients have the unfused graph's bits.
+static void check_fused_bits(const gl_graph *f, const gl_graph *u, int nt)
+{
+    for (int i = 0; i < f->nlayers; i++) {
+        const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
+        bool other = lf->store_res;
+        for (int j = i + 1; j < f->nlayers; j++)
+            other |= f->layers[j].in[0] == &lf->out && (f->layers[j].act_inplace || f->layers[j].keep_deriv);
+        for (int64_t j = 0; !other && j < N * lf->out.size; j++)
+            if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
+                fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
+                         lf->out.data[j], lu->out.data[j]);
+        check_out_grad(lf, lu, nt);
+    }
+    assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+}
+
 static void test_dense_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -804,17 +823,7 @@ static void test_gelu_keeps_its_derivative(void **state)
         for (int k = 0; k < 3; k++) assert_false(f->layers[tl_layer(f, not_kept[k])].keep_deriv);
         float r[N * 3];
         backward_both(f, u, 93, r);
-        for (int i = 0; i < f->nlayers; i++) {
-            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-            bool deriv = false;  // a kept gelu's input buffer: its derivative now
-            for (int k = 0; k < 4; k++) deriv |= lf == &f->layers[tl_layer(f, producers[k])];
-            for (int64_t j = 0; !deriv && j < N * lf->out.size; j++)
-                if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
-                    fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
-                             lf->out.data[j], lu->out.data[j]);
-            check_out_grad(lf, lu, nt);  // g1, g2, g3: their dense's
-        }
-        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+        check_fused_bits(f, u, nt);  // the producers hold the derivatives; g1, g2, g3's gradients are their dense's
         graph_forward(f, N, false);
         graph_forward(u, N, false);
         for (int k = 0; k < 4; k++) {
@@ -913,19 +922,7 @@ static void test_residual_add_fusion_keeps_the_bits(void **state)
         assert_true(f->act_floats - f->grad_floats + 6 * 16 * 40 == u->act_floats - u->grad_floats);
         float r[N * 3];
         backward_both(f, u, 101, r);
-        for (int i = 0; i < f->nlayers; i++) {
-            const layer_t *lf = &f->layers[i], *lu = &u->layers[i];
-            // a producer holds the sum; an add's buffer, the relu's output or the gelu's derivative
-            bool other = lf->store_res;
-            for (int j = i + 1; j < f->nlayers; j++)
-                other |= f->layers[j].in[0] == &lf->out && (f->layers[j].act_inplace || f->layers[j].keep_deriv);
-            for (int64_t j = 0; !other && j < N * lf->out.size; j++)
-                if (memcmp(&lf->out.data[j], &lu->out.data[j], sizeof(float)))
-                    fail_msg("%d threads: %s.out[%lld]: fused %a, unfused %a", nt, lf->cfg->name, (long long)j,
-                             lf->out.data[j], lu->out.data[j]);
-            check_out_grad(lf, lu, nt);
-        }
-        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+        check_fused_bits(f, u, nt);
         graph_forward(f, N, false);
         graph_forward(u, N, false);
         assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));

@@ -105,10 +105,7 @@ void cpu_dense_forward_res(int64_t n, int64_t k, int64_t u, const float *x, cons
     const cpu_store_act sr = {.res = res};
     if (n >= u && cpu_gemm_fast(false, true, n, u, k, x, k, w, k, false, b, sr, y, u, false)) return;
     cpu_dense_forward(n, k, u, x, w, b, y);  // few rows, small, or no AVX2: in two passes
-#pragma omp parallel for schedule(static) if (n * u >= 65536)
-    for (int64_t i = 0; i < n; i++)
-#pragma omp simd
-        for (int64_t j = 0; j < u; j++) y[i * u + j] += res[i * u + j];
+    cpu_axpy(n * u, 1.0f, res, y);            // the add layer's own sum
 }
 
 // As cpu_dense_forward, y = act(x W^T + b) as it is stored: the same bits as the two passes
