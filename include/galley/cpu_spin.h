@@ -1,5 +1,6 @@
 // cpu_spin.h: how long the CPU backend's idle OpenMP threads spin before they sleep, chosen
-// between training steps from whether this process has its cores to itself (cpu_spin.c).
+// between training steps from whether this process has its cores to itself and from which spin
+// measures faster (cpu_spin.c).
 #ifndef GALLEY_CPU_SPIN_H
 #define GALLEY_CPU_SPIN_H
 
@@ -13,32 +14,50 @@
 #define CPU_SPIN_WINDOW_S 0.25
 // Run-queue wait, in cores (thread-seconds waiting for a CPU per second), above which the cores
 // count as shared (alone: ~0.03 on 2 cores; beside a second 2-thread training: 0.7 to 1.0) and
-// below which a window counts as quiet. Two quiet windows in a row bring the long spin back.
+// below which a window counts as quiet. Two quiet windows in a row allow a trial of the long spin.
 #define CPU_SPIN_SHARED_CORES 0.25
 #define CPU_SPIN_QUIET_CORES 0.10
 #define CPU_SPIN_QUIET_WINDOWS 2
+// A trial: this many windows, long and short by turns (long first). The long spin stays only if
+// its best window's seconds per step beat the short one's by CPU_SPIN_MARGIN, and only while no
+// later window falls behind the short one's by as much.
+#define CPU_SPIN_TRIAL_WINDOWS 4
+#define CPU_SPIN_MARGIN 0.05
+// Windows from one trial's verdict to the next trial: the first wait, doubled after each trial,
+// up to the most; shared cores start it again from the first.
+#define CPU_SPIN_HOLD_FIRST 16
+#define CPU_SPIN_HOLD_MOST 256
 
 // One run's state; cpu_spin_start fills it.
 typedef struct gl_spin {
-    int managed;             // 1: galley chooses (the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT)
-    int threads;             // the OpenMP team size
-    int lng;                 // 1: the long spin is in force
-    int quiet;               // quiet windows in a row
-    int changes;             // mode changes so far
-    double t0, wait0;        // the open window's start (s) and its team's run-queue wait then (s)
-    double long_s, short_s;  // time spent in each mode (s)
-    char why[96];            // why galley does not choose ("" when it does)
+    int managed;                // 1: galley chooses (the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT)
+    int threads;                // the OpenMP team size
+    int lng;                    // 1: the long spin is in force
+    int quiet;                  // quiet windows in a row
+    int changes;                // mode changes so far
+    int trial;                  // 0: no trial; else the trial window now open (1..CPU_SPIN_TRIAL_WINDOWS)
+    double best_long, best_short;  // the last trial's fastest window in each mode (s per step)
+    int hold, hold_next;        // windows before the next trial may start; the wait after the next verdict
+    int trials, long_won;       // trials decided, and how many the long spin won
+    int fell_behind;            // times the long spin fell behind the short one's trial time (short came back)
+    double t0, wait0;           // the open window's start (s) and its team's run-queue wait then (s)
+    double step_s;              // the open window's steps' own time (s: without evaluation between them)
+    int steps;                  // steps in the open window
+    double long_s, short_s;     // time spent in each mode (s)
+    char why[96];               // why galley does not choose ("" when it does)
 } gl_spin;
 
 // Starts a run with `threads` OpenMP threads at time `now` (s): the short spin, and whether
 // galley may change it (it does only with more than one thread, where the kernel reports
 // run-queue delay and libgomp is linked in statically).
 void cpu_spin_start(gl_spin *s, int threads, double now);
-// Between steps: closes the window when it is due and sets the spin for the next one.
-void cpu_spin_step(gl_spin *s, double now);
-// One closed window (dt s long, `wait_cores` thread-seconds of run-queue wait per second):
-// returns the mode for the next (1 long, 0 short) and updates s. No system calls (tests).
-int cpu_spin_decide(gl_spin *s, double dt, double wait_cores);
+// After each training step that took step_s seconds, ending at `now`: closes the window when it
+// is due and sets the spin for the next one.
+void cpu_spin_step(gl_spin *s, double now, double step_s);
+// One closed window (dt s long, `wait_cores` thread-seconds of run-queue wait per second, its
+// steps at `per_step` s each): returns the mode for the next (1 long, 0 short) and updates s.
+// No system calls (tests).
+int cpu_spin_decide(gl_spin *s, double dt, double wait_cores, double per_step);
 // "idle threads spun ~3 ms before sleeping for 96% of the steps' time ..." for the end of a run.
 void cpu_spin_describe(const gl_spin *s, char *buf, size_t len);
 

@@ -1,14 +1,22 @@
-// cpu_spin.c: how long idle OpenMP threads spin before sleeping, from whether the cores are shared.
+// cpu_spin.c: how long idle OpenMP threads spin before sleeping, from whether the cores are
+// shared and from which spin measures faster.
 //
 // Why: a training step runs one parallel region per kernel. Between regions the workers wait;
 // once they sleep, each region pays a futex wake and, on a virtual machine, the wake-up of a
-// halted vCPU. libgomp's default spin (~3 ms) avoids that: +12-18% on the 2-thread small CNN,
-// +5-14% on the MLP, +8-11% on CosmoFlow at 32^3 here. But spinning threads hold cores that
-// another process on the node needs: two 2-thread trainings on 2 cores each ran 2.4x slower
-// spinning long than spinning short (~30 us, cpu_backend.c's default). So galley starts short
-// and, every quarter second between steps, reads how long its threads sat runnable but waiting for
-// a core (the kernel's run-queue delay, /proc/thread-self/schedstat): with almost no wait the
-// cores are this process's and the spin goes long; a window with wait brings it back to short.
+// halted vCPU. libgomp's default spin (~3 ms) avoids that on some machines: +12-18% on the
+// 2-thread small CNN, +5-14% on the MLP, +8-11% on CosmoFlow at 32^3 on a 2-core Sapphire Rapids
+// VM. On others it costs: on a 2-core EPYC 9004 (Zen 4) VM the small CNN ran at 3,330-3,470
+// samples/s spinning long (5 runs with OMP_WAIT_POLICY=active) against 4,760-5,430 spinning short
+// (GOMP_SPINCOUNT=3000), while the MLP, cnn3d and vit-tiny did not care either way; a long-spinning
+// vCPU there is presumably descheduled by the hypervisor's pause-loop exits and comes back late.
+// And spinning threads hold cores that another process on the node needs: two 2-thread trainings
+// on 2 cores each ran 2.4x slower spinning long than spinning short (~30 us, cpu_backend.c's
+// default). So galley starts short and, every quarter second between steps, reads how long its
+// threads sat runnable but waiting for a core (the kernel's run-queue delay,
+// /proc/thread-self/schedstat). A window with wait brings the short spin back at once. After quiet
+// windows it tries the long spin: windows long and short by turns, and the long spin stays only
+// if it measures faster per step; the trial comes back after a while (sooner when the cores were
+// shared meanwhile, later each time it says the same).
 //
 // The spin count is libgomp's own variable, read at every wait (wait.h's do_spin): galley links
 // libgomp statically, so it is reachable; a dynamic libgomp hides it, and then nothing changes.
@@ -65,6 +73,7 @@ void cpu_spin_start(gl_spin *s, int threads, double now) {
     memset(s, 0, sizeof *s);
     s->threads = threads;
     s->t0 = now;
+    s->hold_next = CPU_SPIN_HOLD_FIRST;
     const char *auto_env = getenv(SPIN_AUTO_ENV);
     if (!auto_env || strcmp(auto_env, "1") != 0)
         snprintf(s->why, sizeof s->why, "OMP_WAIT_POLICY or GOMP_SPINCOUNT is set");
@@ -79,33 +88,67 @@ void cpu_spin_start(gl_spin *s, int threads, double now) {
     spin_set(CPU_SPIN_SHORT);
 }
 
-int cpu_spin_decide(gl_spin *s, double dt, double wait_cores) {
+// The open trial's window closed at `per_step` s a step: the mode for the next window.
+static int trial_window(gl_spin *s, double per_step) {
+    double *best = s->lng ? &s->best_long : &s->best_short;
+    if (*best == 0 || per_step < *best) *best = per_step;
+    if (++s->trial <= CPU_SPIN_TRIAL_WINDOWS) return s->trial % 2;  // long, short, long, short
+    // Long only where it was measurably faster (the trial's windows all had a step).
+    int lng = s->best_long < s->best_short * (1 - CPU_SPIN_MARGIN);
+    s->trials++;
+    s->long_won += lng;
+    s->hold = s->hold_next;
+    s->hold_next = s->hold_next * 2 > CPU_SPIN_HOLD_MOST ? CPU_SPIN_HOLD_MOST : s->hold_next * 2;
+    s->trial = 0;
+    return lng;
+}
+
+int cpu_spin_decide(gl_spin *s, double dt, double wait_cores, double per_step) {
     if (s->lng) s->long_s += dt;
     else s->short_s += dt;
     int lng = s->lng;
     if (wait_cores > CPU_SPIN_SHARED_CORES) {
-        s->quiet = 0;
+        // Shared cores: short at once; the next quiet spell tries the long spin again soon.
+        s->quiet = 0, s->trial = 0, s->hold = 0, s->hold_next = CPU_SPIN_HOLD_FIRST;
         lng = 0;
-    } else if (wait_cores < CPU_SPIN_QUIET_CORES) {
-        if (++s->quiet >= CPU_SPIN_QUIET_WINDOWS) lng = 1;
-    }  // in between: as it was, so that a borderline load does not flip it every window
+    } else {
+        if (wait_cores < CPU_SPIN_QUIET_CORES) s->quiet++;  // in between: neither quiet nor shared
+        if (s->trial) {
+            lng = trial_window(s, per_step);
+        } else if (lng && per_step > s->best_short * (1 + CPU_SPIN_MARGIN)) {
+            // Long has fallen behind what the short spin measured (on a 2-core EPYC VM it ran as fast
+            // as short for a second or so, then 35% slower): short until the next trial.
+            s->fell_behind++;
+            lng = 0;
+            if (s->hold > 0) s->hold--;
+        } else if (s->hold > 0) {
+            s->hold--;
+        } else if (s->quiet >= CPU_SPIN_QUIET_WINDOWS) {
+            s->trial = 1, s->best_long = 0, s->best_short = 0;
+            lng = 1;
+        }
+    }
     if (lng != s->lng) s->changes++;
     s->lng = lng;
     return lng;
 }
 
-void cpu_spin_step(gl_spin *s, double now) {
-    if (!s->managed || now - s->t0 < CPU_SPIN_WINDOW_S) return;
+void cpu_spin_step(gl_spin *s, double now, double step_s) {
+    if (!s->managed) return;
+    s->step_s += step_s;
+    s->steps++;
+    if (now - s->t0 < CPU_SPIN_WINDOW_S) return;
     double w = team_wait_s(s->threads);
     if (w < 0 || w < s->wait0) {  // the team changed under us: start the window again
         s->wait0 = w < 0 ? s->wait0 : w;
-        s->t0 = now;
+        s->t0 = now, s->step_s = 0, s->steps = 0;
         return;
     }
     double dt = now - s->t0;
     int was = s->lng;
-    if (cpu_spin_decide(s, dt, (w - s->wait0) / dt) != was) spin_set(s->lng ? CPU_SPIN_LONG : CPU_SPIN_SHORT);
-    s->t0 = now;
+    if (cpu_spin_decide(s, dt, (w - s->wait0) / dt, s->step_s / s->steps) != was)
+        spin_set(s->lng ? CPU_SPIN_LONG : CPU_SPIN_SHORT);
+    s->t0 = now, s->step_s = 0, s->steps = 0;
     s->wait0 = w;
 }
 
@@ -116,8 +159,9 @@ void cpu_spin_describe(const gl_spin *s, char *buf, size_t len) {
     }
     double all = s->long_s + s->short_s;
     snprintf(buf, len,
-             "idle threads: spun ~3 ms before sleeping for %.0f%% of the steps' time, ~30 us for %.0f%% (cores "
-             "shared, or the first %.1f s); %d change%s",
-             all > 0 ? 100 * s->long_s / all : 0.0, all > 0 ? 100 * s->short_s / all : 100.0,
-             CPU_SPIN_WINDOW_S * CPU_SPIN_QUIET_WINDOWS, s->changes, s->changes == 1 ? "" : "s");
+             "idle threads: spun ~3 ms before sleeping for %.0f%% of the steps' time, ~30 us for %.0f%%; %d "
+             "trial%s of the long spin, faster in %d, fell behind later %d time%s; %d change%s",
+             all > 0 ? 100 * s->long_s / all : 0.0, all > 0 ? 100 * s->short_s / all : 100.0, s->trials,
+             s->trials == 1 ? "" : "s", s->long_won, s->fell_behind, s->fell_behind == 1 ? "" : "s", s->changes,
+             s->changes == 1 ? "" : "s");
 }
