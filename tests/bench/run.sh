@@ -283,7 +283,11 @@ run_pass unset env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE
 # --- 5. the table ----------------------------------------------------------------------------
 T_END=$(date +%s)
 GALLEY_VERSION=$("$GALLEY" --version 2>&1 | head -1)
-CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+# The model name alone does not tell CPUs apart under a hypervisor ("AMD EPYC" is Zen 2 to Zen 5):
+# family and model (AMD family 25 model 17 is Zen 4; Intel family 6 model 207 Emerald Rapids) and caches.
+CPU_FM=$(awk -F': ' '/^cpu family/ {f=$2} /^model\t/ {m=$2} f != "" && m != "" {print "family " f " model " m; exit}' /proc/cpuinfo)
+CPU_CACHE=$(lscpu 2>/dev/null | awk -F': *' '/^L2 cache|^L3 cache/ {sub(/ cache/, "", $1); printf "%s%s %s", n++ ? ", " : "", $1, $2}')
+CPU_DESC="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')${CPU_FM:+ ($CPU_FM${CPU_CACHE:+; $CPU_CACHE})}, $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 # the ISA level galley's kernels see (galley info: "features: sse4.2 avx avx2 fma ...")
 ISA=$("$GALLEY" info 2>/dev/null | sed -n 's/.*features: //p' | head -1)
 CPU_DESC+=", ISA: ${ISA:-?}"

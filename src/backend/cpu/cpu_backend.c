@@ -22,7 +22,8 @@ void openblas_set_num_threads(int num_threads);
 // (two 2-thread trainings on 2 cores: ~10% slower than not spinning; 30000 spins: 2x slower).
 // GOMP_SPINCOUNT or OMP_WAIT_POLICY in the environment take precedence. Where neither is given,
 // galley marks the choice as its own (GALLEY_OMP_SPIN_AUTO=1, which a re-executed galley inherits):
-// cpu_spin.c then lengthens the spin between steps while the cores are not shared.
+// cpu_spin.c then lengthens the spin between steps while the cores are not shared and the long
+// spin measures faster.
 __attribute__((constructor(101))) static void cpu_omp_default_passive(void) {
     if (getenv("OMP_WAIT_POLICY")) return;
     setenv("GALLEY_OMP_SPIN_AUTO", getenv("GOMP_SPINCOUNT") ? "0" : "1", 1);
