@@ -171,7 +171,7 @@ int run_step(gl_run *u) {
     u->t_now = now_s();
     u->ph[PHASE_DATA] += u->t_now - tr;
     if (u->t_now - t0 > u->step_max) u->step_max = u->t_now - t0;
-    cpu_spin_step(&u->spin, u->t_now, u->t_now - t0);  // nothing unless cpu_spin_start chose to manage
+    cpu_spin_step(&u->spin, u->t_now, u->t_now - t0, (double)n);  // nothing unless galley manages the spin
     if (!u->t_first_step) u->t_first_step = u->t_now;
     u->step++;
     run_progress(u, u->step, false);

@@ -1,5 +1,5 @@
 // test_cpu_spin.c: the idle-thread spin choice (src/backend/cpu/cpu_spin.c): the window verdicts
-// on made-up run-queue waits and step times (trials of the long spin, its falling behind, shared
+// on made-up run-queue waits and times per sample (trials of the long spin, its falling behind, shared
 // cores), the time kept in each mode, when galley leaves the spin alone, and that a live start and
 // step set libgomp's count to the mode they report.
 #include "testlib.h"
@@ -21,7 +21,7 @@ static gl_spin fresh(void)
 }
 
 // Quiet windows (short), then a trial whose windows run long, short, long, short with these
-// seconds per step; returns the mode the verdict sets.
+// seconds per sample; returns the mode the verdict sets.
 static int run_trial(gl_spin *s, double long_step, double short_step)
 {
     for (int i = 1; i < CPU_SPIN_QUIET_WINDOWS; i++) assert_int_equal(cpu_spin_decide(s, 0.25, 0.03, 0.010), 0);
@@ -37,7 +37,8 @@ static int run_trial(gl_spin *s, double long_step, double short_step)
 }
 
 // Starts short; after CPU_SPIN_QUIET_WINDOWS quiet windows a trial, which the long spin wins by
-// being faster per step than the short one by more than the margin; long then stays.
+// being faster per sample than the short one by more than the margin; long then stays until the
+// next trial opens, as the CPU_SPIN_HOLD_FIRST-th window after the verdict closes.
 static void test_long_wins_a_trial(void **state)
 {
     (void)state;
@@ -46,27 +47,42 @@ static void test_long_wins_a_trial(void **state)
     assert_int_equal(s.trials, 1);
     assert_int_equal(s.long_won, 1);
     assert_true(fabs(s.best_long - 0.009) < 1e-15 && fabs(s.best_short - 0.010) < 1e-15);
-    for (int i = 0; i < CPU_SPIN_HOLD_FIRST; i++) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0095), 1);
-    assert_int_equal(s.changes, 5);  // into the trial, three turns, and the verdict
+    for (int i = 1; i < CPU_SPIN_HOLD_FIRST; i++) {
+        assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0095), 1);
+        assert_int_equal(s.trial, 0);
+    }
     assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0095), 1);  // the next trial opens, long
     assert_int_equal(s.trial, 1);
+    assert_int_equal(s.changes, 5);  // into the trial, three turns, and the verdict
 }
 
 // Within the margin (here 3% faster, as on machines where the spin does not matter), short stays;
-// the next trial comes after CPU_SPIN_HOLD_FIRST windows, the one after that twice as late.
+// the next trial opens as the CPU_SPIN_HOLD_FIRST-th window after the verdict closes, the one
+// after that CPU_SPIN_HOLD_GROW times as late; the wait stops growing at CPU_SPIN_HOLD_MOST.
 static void test_short_stays_within_margin(void **state)
 {
     (void)state;
     gl_spin s = fresh();
     assert_int_equal(run_trial(&s, 0.0097, 0.010), 0);
     assert_int_equal(s.long_won, 0);
-    for (int i = 0; i < CPU_SPIN_HOLD_FIRST; i++) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 0);
+    for (int i = 1; i < CPU_SPIN_HOLD_FIRST; i++) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 0);
     assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 1);  // the second trial
     for (int w = 0; w < CPU_SPIN_TRIAL_WINDOWS; w++) cpu_spin_decide(&s, 0.25, 0.0, 0.010);
     assert_int_equal(s.trials, 2);
     assert_int_equal(s.lng, 0);
-    for (int i = 0; i < 2 * CPU_SPIN_HOLD_FIRST; i++) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 0);
+    for (int i = 1; i < CPU_SPIN_HOLD_GROW * CPU_SPIN_HOLD_FIRST; i++)
+        assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 0);
     assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 1);  // the third
+    for (int t = 3; t <= 8; t++) {  // later trials: the wait grows to the most and stays there
+        for (int w = 0; w < CPU_SPIN_TRIAL_WINDOWS; w++) cpu_spin_decide(&s, 0.25, 0.0, 0.010);
+        assert_int_equal(s.trials, t);
+        int want = CPU_SPIN_HOLD_FIRST;
+        for (int i = 1; i < t; i++) want = want * CPU_SPIN_HOLD_GROW > CPU_SPIN_HOLD_MOST ? CPU_SPIN_HOLD_MOST : want * CPU_SPIN_HOLD_GROW;
+        assert_int_equal(s.hold, want);
+        while (s.hold > 0) cpu_spin_decide(&s, 0.25, 0.0, 0.010);
+        assert_int_equal(s.trial, 1);
+    }
+    assert_int_equal(s.hold_next, CPU_SPIN_HOLD_MOST);
 }
 
 // Long that falls behind the short spin's trial time by more than the margin goes short at once
@@ -80,8 +96,8 @@ static void test_long_falls_behind(void **state)
     assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0140), 0);
     assert_int_equal(s.fell_behind, 1);
     int windows = 2;  // the hold counted down by both
-    while (windows < CPU_SPIN_HOLD_FIRST) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0140), 0), windows++;
-    assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 1);  // the next trial
+    while (windows < CPU_SPIN_HOLD_FIRST - 1) assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.0140), 0), windows++;
+    assert_int_equal(cpu_spin_decide(&s, 0.25, 0.0, 0.010), 1);  // the next trial, as the hold's last window closes
     assert_int_equal(s.trial, 1);
 }
 
@@ -107,7 +123,7 @@ static void test_shared_window_goes_short(void **state)
 }
 
 // A wait between the two thresholds counts as neither quiet nor shared: it keeps whichever mode is
-// in force and starts no trial.
+// in force, starts no trial and breaks a row of quiet windows, also where the hold runs out on it.
 static void test_borderline_keeps_mode(void **state)
 {
     (void)state;
@@ -117,6 +133,16 @@ static void test_borderline_keeps_mode(void **state)
     assert_int_equal(run_trial(&s, 0.009, 0.010), 1);
     for (int i = 0; i < 5; i++) assert_int_equal(cpu_spin_decide(&s, 0.25, mid, 0.009), 1);
     assert_int_equal(s.changes, 5);
+    gl_spin t = fresh();
+    assert_int_equal(run_trial(&t, 0.012, 0.010), 0);
+    for (int i = 2; i < CPU_SPIN_HOLD_FIRST; i++) assert_int_equal(cpu_spin_decide(&t, 0.25, 0.0, 0.010), 0);
+    assert_int_equal(cpu_spin_decide(&t, 0.25, 0.0, 0.010), 0);  // quiet, the hold's last window but one
+    assert_int_equal(cpu_spin_decide(&t, 0.25, mid, 0.010), 0);  // the hold's last window: borderline
+    assert_int_equal(t.hold, 0);
+    assert_int_equal(t.trial, 0);
+    assert_int_equal(cpu_spin_decide(&t, 0.25, 0.0, 0.010), 0);  // one quiet window is not a row
+    assert_int_equal(cpu_spin_decide(&t, 0.25, 0.0, 0.010), 1);  // two are
+    assert_int_equal(t.trial, 1);
 }
 
 // Each window's length goes to the mode it ran under; describe reports the shares and trials.
@@ -135,7 +161,7 @@ static void test_time_kept_and_described(void **state)
     assert_true(fabs(s.long_s - 7.0) < 1e-12);
     char buf[256];
     cpu_spin_describe(&s, buf, sizeof buf);
-    assert_non_null(strstr(buf, "~3 ms before sleeping for 58% of the steps' time, ~30 us for 42%"));
+    assert_non_null(strstr(buf, "~3 ms before sleeping for 58% of the training time, ~30 us for 42%"));
     assert_non_null(strstr(buf, "1 trial of the long spin, faster in 1, fell behind later 0 times; 5 changes"));
 }
 
@@ -157,7 +183,7 @@ static void test_left_alone(void **state)
     cpu_spin_start(&s, 1, 0.0);
     assert_int_equal(s.managed, 0);
     assert_string_equal(s.why, "one thread");
-    cpu_spin_step(&s, 100.0, 0.01);  // not managed: nothing happens
+    cpu_spin_step(&s, 100.0, 0.01, 64);  // not managed: nothing happens
     assert_int_equal(s.changes, 0);
 }
 
@@ -179,11 +205,11 @@ static void test_live_start_and_step(void **state)
     double t = 0;
     for (int i = 0; i < 6; i++) {
         t += CPU_SPIN_WINDOW_S;
-        cpu_spin_step(&s, t, 0.01);
+        cpu_spin_step(&s, t, 0.01, 64);
         assert_int_equal(gomp_spin_count_var, s.lng ? CPU_SPIN_LONG : CPU_SPIN_SHORT);
     }
     assert_true(s.long_s + s.short_s > 0);
-    cpu_spin_step(&s, t + CPU_SPIN_WINDOW_S / 4, 0.01);  // window not yet due: nothing counted
+    cpu_spin_step(&s, t + CPU_SPIN_WINDOW_S / 4, 0.01, 64);  // window not yet due: nothing counted
     assert_true(fabs(s.long_s + s.short_s - 6 * CPU_SPIN_WINDOW_S) < 1e-9);
 }
 

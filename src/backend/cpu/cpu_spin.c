@@ -91,22 +91,30 @@ void cpu_spin_start(gl_spin *s, int threads, double now) {
     spin_set(CPU_SPIN_SHORT);
 }
 
-// The open trial's window closed at `per_step` s a step: the mode for the next window.
-static int trial_window(gl_spin *s, double per_step) {
+// Sets the mode for the next window and counts the change.
+static int spin_mode(gl_spin *s, int lng) {
+    if (lng != s->lng) s->changes++;
+    s->lng = lng;
+    return lng;
+}
+
+// The open trial's window closed at `per_sample` s a sample: the mode for the next window.
+static int trial_window(gl_spin *s, double per_sample) {
     double *best = s->lng ? &s->best_long : &s->best_short;
-    if (*best == 0 || per_step < *best) *best = per_step;
+    if (*best == 0 || per_sample < *best) *best = per_sample;
     if (++s->trial <= CPU_SPIN_TRIAL_WINDOWS) return s->trial % 2;  // long, short, long, short
     // Long only where it was measurably faster (the trial's windows all had a step).
     int lng = s->best_long < s->best_short * (1 - CPU_SPIN_MARGIN);
     s->trials++;
     s->long_won += lng;
     s->hold = s->hold_next;
-    s->hold_next = s->hold_next * 2 > CPU_SPIN_HOLD_MOST ? CPU_SPIN_HOLD_MOST : s->hold_next * 2;
+    s->hold_next = s->hold_next * CPU_SPIN_HOLD_GROW > CPU_SPIN_HOLD_MOST ? CPU_SPIN_HOLD_MOST
+                                                                           : s->hold_next * CPU_SPIN_HOLD_GROW;
     s->trial = 0;
     return lng;
 }
 
-int cpu_spin_decide(gl_spin *s, double dt, double wait_cores, double per_step) {
+int cpu_spin_decide(gl_spin *s, double dt, double wait_cores, double per_sample) {
     if (s->lng) s->long_s += dt;
     else s->short_s += dt;
     int lng = s->lng;
@@ -115,43 +123,43 @@ int cpu_spin_decide(gl_spin *s, double dt, double wait_cores, double per_step) {
         s->quiet = 0, s->trial = 0, s->hold = 0, s->hold_next = CPU_SPIN_HOLD_FIRST;
         lng = 0;
     } else {
-        if (wait_cores < CPU_SPIN_QUIET_CORES) s->quiet++;  // in between: neither quiet nor shared
-        if (s->trial) {
-            lng = trial_window(s, per_step);
-        } else if (lng && per_step > s->best_short * (1 + CPU_SPIN_MARGIN)) {
+        // In between the two thresholds: not shared, but not quiet either (no trial opens on it).
+        s->quiet = wait_cores < CPU_SPIN_QUIET_CORES ? s->quiet + 1 : 0;
+        if (s->trial) return spin_mode(s, trial_window(s, per_sample));
+        int behind = lng && per_sample > s->best_short * (1 + CPU_SPIN_MARGIN);
+        if (behind) {
             // Long has fallen behind what the short spin measured (on a 2-core EPYC VM it ran as fast
             // as short for a second or so, then 35% slower): short until the next trial.
             s->fell_behind++;
             lng = 0;
-            if (s->hold > 0) s->hold--;
-        } else if (s->hold > 0) {
-            s->hold--;
-        } else if (s->quiet >= CPU_SPIN_QUIET_WINDOWS) {
+        }
+        if (s->hold > 0) s->hold--;
+        if (!behind && s->hold == 0 && s->quiet >= CPU_SPIN_QUIET_WINDOWS) {
             s->trial = 1, s->best_long = 0, s->best_short = 0;
             lng = 1;
         }
     }
-    if (lng != s->lng) s->changes++;
-    s->lng = lng;
-    return lng;
+    return spin_mode(s, lng);
 }
 
-void cpu_spin_step(gl_spin *s, double now, double step_s) {
+void cpu_spin_step(gl_spin *s, double now, double step_s, double samples) {
     if (!s->managed) return;
     s->step_s += step_s;
-    s->steps++;
+    s->samples += samples;
     if (now - s->t0 < CPU_SPIN_WINDOW_S) return;
     double w = team_wait_s(s->threads);
-    if (w < 0 || w < s->wait0) {  // the team changed under us: start the window again
-        s->wait0 = w < 0 ? s->wait0 : w;
-        s->t0 = now, s->step_s = 0, s->steps = 0;
+    // Unreadable, or the team changed under us (its wait went back), or the last reading was
+    // unreadable: no verdict, the window starts again from this reading.
+    if (w < 0 || s->wait0 < 0 || w < s->wait0 || s->samples <= 0) {
+        s->wait0 = w;
+        s->t0 = now, s->step_s = 0, s->samples = 0;
         return;
     }
     double dt = now - s->t0;
     int was = s->lng;
-    if (cpu_spin_decide(s, dt, (w - s->wait0) / dt, s->step_s / s->steps) != was)
+    if (cpu_spin_decide(s, dt, (w - s->wait0) / dt, s->step_s / s->samples) != was)
         spin_set(s->lng ? CPU_SPIN_LONG : CPU_SPIN_SHORT);
-    s->t0 = now, s->step_s = 0, s->steps = 0;
+    s->t0 = now, s->step_s = 0, s->samples = 0;
     s->wait0 = w;
 }
 
@@ -162,7 +170,7 @@ void cpu_spin_describe(const gl_spin *s, char *buf, size_t len) {
     }
     double all = s->long_s + s->short_s;
     snprintf(buf, len,
-             "idle threads: spun ~3 ms before sleeping for %.0f%% of the steps' time, ~30 us for %.0f%%; %d "
+             "idle threads: spun ~3 ms before sleeping for %.0f%% of the training time, ~30 us for %.0f%%; %d "
              "trial%s of the long spin, faster in %d, fell behind later %d time%s; %d change%s",
              all > 0 ? 100 * s->long_s / all : 0.0, all > 0 ? 100 * s->short_s / all : 100.0, s->trials,
              s->trials == 1 ? "" : "s", s->long_won, s->fell_behind, s->fell_behind == 1 ? "" : "s", s->changes,
