@@ -747,6 +747,35 @@ static void check_fused_bits(const gl_graph *f, const gl_graph *u, int nt)
     assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
 }
 
+// Builds `layers` on 16 tokens of 40 features fused and with model.fuse: false, keeping every
+// buffer, and runs `check` on the two graphs at 1 and at 3 threads.
+static void at_1_and_3_threads(const char *layers, void (*check)(gl_graph *f, gl_graph *u, int nt))
+{
+    const int saved = omp_get_max_threads();
+    for (int nt = 1; nt <= 3; nt += 2) {
+        omp_set_num_threads(nt);
+        tl_model mf, mu;
+        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
+        check(&mf.g, &mu.g, nt);
+        tl_model_free(&mf);
+        tl_model_free(&mu);
+    }
+    omp_set_num_threads(saved);
+}
+
+// The checks of the relu and leaky_relu cases below on the fused (f) and unfused (u) graphs.
+static void check_dense_derivative(gl_graph *f, gl_graph *u, int nt)
+{
+    assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "d2")]);
+    assert_true(f->layers[tl_layer(f, "r2")].grad_by == &f->layers[tl_layer(f, "d3")]);
+    assert_null(f->layers[tl_layer(f, "r3")].grad_by);
+    assert_null(u->layers[tl_layer(u, "r1")].grad_by);
+    float r[N * 3];
+    backward_both(f, u, 91, r);
+    for (int i = 0; i < f->nlayers; i++) check_out_grad(&f->layers[i], &u->layers[i], nt);  // r1, r2: their dense's
+    assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
+}
+
 static void test_dense_applies_the_activation_derivative(void **state)
 {
     (void)state;
@@ -758,24 +787,35 @@ static void test_dense_applies_the_activation_derivative(void **state)
                          "    - {type: relu, name: r3}\n"
                          "    - {type: token_pool, mode: mean, name: pool}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    const int saved = omp_get_max_threads();
-    for (int nt = 1; nt <= 3; nt += 2) {
-        omp_set_num_threads(nt);
-        tl_model mf, mu;
-        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
-        gl_graph *f = &mf.g, *u = &mu.g;
-        assert_true(f->layers[tl_layer(f, "r1")].grad_by == &f->layers[tl_layer(f, "d2")]);
-        assert_true(f->layers[tl_layer(f, "r2")].grad_by == &f->layers[tl_layer(f, "d3")]);
-        assert_null(f->layers[tl_layer(f, "r3")].grad_by);
-        assert_null(u->layers[tl_layer(u, "r1")].grad_by);
-        float r[N * 3];
-        backward_both(f, u, 91, r);
-        for (int i = 0; i < f->nlayers; i++) check_out_grad(&f->layers[i], &u->layers[i], nt);  // r1, r2: their dense's
-        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
-        tl_model_free(&mf);
-        tl_model_free(&mu);
+    at_1_and_3_threads(layers, check_dense_derivative);
+}
+
+// The checks of the gelu cases below on the fused (f) and unfused (u) graphs at nt threads.
+static void check_gelu_derivative(gl_graph *f, gl_graph *u, int nt)
+{
+    const char *const kept[] = {"g1", "g2", "g3", "g6"}, *const not_kept[] = {"g0", "g4", "g5"};
+    const char *const producers[] = {"d1", "d2", "d3", "both"}, *const by[] = {"d2", "d3", "d4", NULL};
+    for (int k = 0; k < 4; k++) {
+        const layer_t *a = &f->layers[tl_layer(f, kept[k])];
+        assert_true(a->keep_deriv);
+        assert_false(u->layers[tl_layer(u, kept[k])].keep_deriv);
+        assert_true(a->grad_by == (by[k] ? &f->layers[tl_layer(f, by[k])] : NULL));
     }
-    omp_set_num_threads(saved);
+    for (int k = 0; k < 3; k++) assert_false(f->layers[tl_layer(f, not_kept[k])].keep_deriv);
+    float r[N * 3];
+    backward_both(f, u, 93, r);
+    check_fused_bits(f, u, nt);  // the producers hold the derivatives; g1, g2, g3's gradients are their dense's
+    graph_forward(f, N, false);
+    graph_forward(u, N, false);
+    for (int k = 0; k < 4; k++) {
+        const layer_t *pf = &f->layers[tl_layer(f, producers[k])], *pu = &u->layers[tl_layer(u, producers[k])];
+        assert_memory_equal(pf->out.data, pu->out.data, sizeof(float) * (size_t)(N * pf->out.size));
+    }
+    assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
+    // Backward after that evaluation pass (a gradient check's): the gelus take x, as unfused.
+    memcpy(graph_output(f)->grad, r, sizeof r), memcpy(graph_output(u)->grad, r, sizeof r);
+    graph_backward(f, N), graph_backward(u, N);
+    assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
 }
 
 // A gelu whose input it alone reads keeps its derivative there in training (graph_keep_derivs):
@@ -806,39 +846,7 @@ static void test_gelu_keeps_its_derivative(void **state)
                          "    - {type: flatten, name: flat}\n"
                          "    - {type: gelu, name: g5}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    const char *const kept[] = {"g1", "g2", "g3", "g6"}, *const not_kept[] = {"g0", "g4", "g5"};
-    const char *const producers[] = {"d1", "d2", "d3", "both"}, *const by[] = {"d2", "d3", "d4", NULL};
-    const int saved = omp_get_max_threads();
-    for (int nt = 1; nt <= 3; nt += 2) {
-        omp_set_num_threads(nt);
-        tl_model mf, mu;
-        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
-        gl_graph *f = &mf.g, *u = &mu.g;
-        for (int k = 0; k < 4; k++) {
-            const layer_t *a = &f->layers[tl_layer(f, kept[k])];
-            assert_true(a->keep_deriv);
-            assert_false(u->layers[tl_layer(u, kept[k])].keep_deriv);
-            assert_true(a->grad_by == (by[k] ? &f->layers[tl_layer(f, by[k])] : NULL));
-        }
-        for (int k = 0; k < 3; k++) assert_false(f->layers[tl_layer(f, not_kept[k])].keep_deriv);
-        float r[N * 3];
-        backward_both(f, u, 93, r);
-        check_fused_bits(f, u, nt);  // the producers hold the derivatives; g1, g2, g3's gradients are their dense's
-        graph_forward(f, N, false);
-        graph_forward(u, N, false);
-        for (int k = 0; k < 4; k++) {
-            const layer_t *pf = &f->layers[tl_layer(f, producers[k])], *pu = &u->layers[tl_layer(u, producers[k])];
-            assert_memory_equal(pf->out.data, pu->out.data, sizeof(float) * (size_t)(N * pf->out.size));
-        }
-        assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
-        // Backward after that evaluation pass (a gradient check's): the gelus take x, as unfused.
-        memcpy(graph_output(f)->grad, r, sizeof r), memcpy(graph_output(u)->grad, r, sizeof r);
-        graph_backward(f, N), graph_backward(u, N);
-        assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
-        tl_model_free(&mf);
-        tl_model_free(&mu);
-    }
-    omp_set_num_threads(saved);
+    at_1_and_3_threads(layers, check_gelu_derivative);
     // Not after a max_pool whose backward reads its output (ga: the relu before it hands the pool
     // its derivative, read from the winners' signs) nor after an activation sharing its
     // producer's buffer (gb: the relu's backward reads it): the bits of model.fuse: false.
@@ -863,6 +871,33 @@ static void test_gelu_keeps_its_derivative(void **state)
     assert_memory_equal(f->grads, u->grads, sizeof(float) * (size_t)f->nparams);
     tl_model_free(&mf);
     tl_model_free(&mu);
+}
+
+// The checks of the residual adds below on the fused (f) and unfused (u) graphs at nt threads.
+static void check_residual_fusion(gl_graph *f, gl_graph *u, int nt)
+{
+    const char *const adds[] = {"r1", "r2", "r3", "r5", "r7"}, *const by[] = {"at", "d1", "d3", "d6", "d8"};
+    for (int k = 0; k < 5; k++) {
+        const layer_t *a = &f->layers[tl_layer(f, adds[k])], *p = &f->layers[tl_layer(f, by[k])];
+        assert_ptr_equal(a->res_by, p);
+        assert_ptr_equal(a->out.data, p->out.data);
+        assert_null(u->layers[tl_layer(u, adds[k])].res_by);
+    }
+    assert_ptr_equal(f->layers[tl_layer(f, "d1")].store_res, &f->layers[tl_layer(f, "r1")].out);
+    assert_ptr_equal(f->layers[tl_layer(f, "d6")].store_res, &f->layers[tl_layer(f, "d5")].out);
+    assert_null(f->layers[tl_layer(f, "d5")].store_res);
+    assert_null(f->layers[tl_layer(f, "r6")].res_by);  // d7 is read by d8 too; r5 is an add's
+    assert_true(f->layers[tl_layer(f, "ra")].act_inplace);
+    assert_true(f->layers[tl_layer(f, "g7")].keep_deriv);
+    // one output buffer less per fused add (the gradients' pool is planned apart)
+    // (and the in-place relu's)
+    assert_true(f->act_floats - f->grad_floats + 6 * 16 * 40 == u->act_floats - u->grad_floats);
+    float r[N * 3];
+    backward_both(f, u, 101, r);
+    check_fused_bits(f, u, nt);
+    graph_forward(f, N, false);
+    graph_forward(u, N, false);
+    assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
 }
 
 // A residual add of two inputs is fused with the producer of one (graph_fuse_adds) where that
@@ -898,38 +933,7 @@ static void test_residual_add_fusion_keeps_the_bits(void **state)
                          "    - {type: gelu, name: g7}\n"
                          "    - {type: token_pool, mode: mean, name: pool}\n"
                          "    - {type: dense, units: 3, name: head}\n";
-    const char *const adds[] = {"r1", "r2", "r3", "r5", "r7"}, *const by[] = {"at", "d1", "d3", "d6", "d8"};
-    const int saved = omp_get_max_threads();
-    for (int nt = 1; nt <= 3; nt += 2) {
-        omp_set_num_threads(nt);
-        tl_model mf, mu;
-        build_fused_and_not(layers, shape_tokens(16, 40), &mf, &mu, true);
-        gl_graph *f = &mf.g, *u = &mu.g;
-        for (int k = 0; k < 5; k++) {
-            const layer_t *a = &f->layers[tl_layer(f, adds[k])], *p = &f->layers[tl_layer(f, by[k])];
-            assert_ptr_equal(a->res_by, p);
-            assert_ptr_equal(a->out.data, p->out.data);
-            assert_null(u->layers[tl_layer(u, adds[k])].res_by);
-        }
-        assert_ptr_equal(f->layers[tl_layer(f, "d1")].store_res, &f->layers[tl_layer(f, "r1")].out);
-        assert_ptr_equal(f->layers[tl_layer(f, "d6")].store_res, &f->layers[tl_layer(f, "d5")].out);
-        assert_null(f->layers[tl_layer(f, "d5")].store_res);
-        assert_null(f->layers[tl_layer(f, "r6")].res_by);  // d7 is read by d8 too; r5 is an add's
-        assert_true(f->layers[tl_layer(f, "ra")].act_inplace);
-        assert_true(f->layers[tl_layer(f, "g7")].keep_deriv);
-        // one output buffer less per fused add (the gradients' pool is planned apart)
-        // (and the in-place relu's)
-        assert_true(f->act_floats - f->grad_floats + 6 * 16 * 40 == u->act_floats - u->grad_floats);
-        float r[N * 3];
-        backward_both(f, u, 101, r);
-        check_fused_bits(f, u, nt);
-        graph_forward(f, N, false);
-        graph_forward(u, N, false);
-        assert_memory_equal(graph_output(f)->data, graph_output(u)->data, sizeof(float) * (size_t)(N * 3));
-        tl_model_free(&mf);
-        tl_model_free(&mu);
-    }
-    omp_set_num_threads(saved);
+    at_1_and_3_threads(layers, check_residual_fusion);
 }
 
 static void test_pool_applies_the_activation_derivative(void **state)
