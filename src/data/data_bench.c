@@ -20,6 +20,7 @@ int loader_bench(const recipe_t *r, int mode, int64_t steps, loader_bench_result
     if (mode == LOADER_BENCH_READ) {
         rr.data.transform = DATA_TRANSFORM_NONE;
         rr.data.normalize = DATA_NORM_NONE;
+        rr.data.timeseries.mean = rr.data.timeseries.std = NULL;  // the time-series source's own normalisation
         memset(&rr.data.augment, 0, sizeof rr.data.augment);
         rr.data.loader.cache = DATA_CACHE_NONE;
     }

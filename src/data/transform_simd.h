@@ -31,10 +31,12 @@ typedef struct {
 } xf_params;
 
 // src is [c, vol] or [vol, c] of dtype, dst [c, vol] float32, not overlapping src, except that
-// dst may be src where nothing changes a value (float32 channels first, no log1p or
-// normalisation: a check alone). 0, or -1 when check is set and src holds NaN or Inf: *bad_c and
-// *bad_v (may be NULL) name the first such element in channels-first order and *bad its value
-// (dst then holds garbage).
+// dst may be src for float32 channels first without log1p (a check, a normalisation or both: each
+// element is read before it is written, in its own place; ts_reader.c normalises a time step so).
+// 0, or -1 when check is set and src holds NaN or Inf: *bad_c and *bad_v (may be NULL) name the
+// first such element in channels-first order and *bad its value (dst then holds garbage). In
+// place, that search runs over the partly normalised buffer: the same element, unless normalising
+// overflowed a finite value before it to Inf.
 int xf_sample(const xf_params *p, const void *src, float *dst, int64_t *bad_c, int64_t *bad_v, float *bad);
 
 // The best instruction set this CPU has (asked once), and the same work on a chosen one: the

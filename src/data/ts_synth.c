@@ -68,14 +68,16 @@ static int write_year(const h5_synth_params *p, const weather2d_params *w, int s
         return -1;
     }
     hsize_t dims[4] = {(hsize_t)p->steps, (hsize_t)w->channels, (hsize_t)w->h, (hsize_t)w->w};
-    hsize_t chunk[4] = {1, 1, dims[2], dims[3]}, mdims = dims[1] * dims[2] * dims[3];
+    hsize_t chunk[4] = {1, 1, dims[2], dims[3]}, mdims[4] = {1, dims[1], dims[2], dims[3]};
     while (chunk[2] > 1 && chunk[2] * chunk[3] * 4 > (1u << 20)) chunk[2] = (chunk[2] + 1) / 2;  // <= 1 MiB
     hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(pl, 4, chunk);
     if (p->compress > 0) H5Pset_shuffle(pl), H5Pset_deflate(pl, (unsigned)p->compress);
     year_ctx y = {.c = w->channels, .area = w->h * w->w, .sum = sum, .sum2 = sum2};
     y.fs = H5Screate_simple(4, dims, NULL);
-    y.ms = H5Screate_simple(1, &mdims, NULL);
+    // the memory space has the time step's own shape: a flat one sends HDF5 element by element
+    // (ts_reader.c's read_step says what that cost)
+    y.ms = H5Screate_simple(4, mdims, NULL);
     y.d = H5Dcreate2(f, "fields", H5T_IEEE_F32LE, y.fs, H5P_DEFAULT, pl, H5P_DEFAULT);
     y.failed = y.d < 0;
     if (!y.failed) weather2d_run(w, split, series, p->steps, write_step, &y);

@@ -20,6 +20,11 @@
 #              (contiguous: galley reads those crops with one pread per plane)
 #   images     small images: 28 x 28 float32, 60000 in one file, mean/std normalisation;
 #              batch 128
+#   era5       the SC23-SC25 tutorial's ViT data (FourCastNet's ERA5 layout): yearly files with
+#              fields [T, 20, 360, 720] float32 (weather2d at the tutorial's size, 2 years of 16
+#              steps), a sample the fields at t and t + 1, per-channel mean/std from .npy stats;
+#              batch 4 (41.5 MB a sample: input and target). galley reads with its cache off
+#              (data.loader.cache: none), since the real data (TBs) never fits in memory
 # Every (side, layout, mode) runs LB_REPEAT times; the best counts (the machine is shared).
 # Files are read once before timing (page cache), as in issue #28's measurement.
 #
@@ -29,7 +34,7 @@
 #                imports them, else /usr/bin/python3: Debian's python3-torch, python3-h5py)
 #   LB_DIR       where the data sets go (default /tmp/galley-loader-bench; kept between runs)
 #   LB_WORKERS   worker/reader counts (default "2")
-#   LB_LAYOUTS   layouts (default "cosmoflow deepcam deepcam16 unet unetc images")
+#   LB_LAYOUTS   layouts (default "cosmoflow deepcam deepcam16 unet unetc images era5")
 #   LB_REPEAT    runs of each, best counts (default 2)
 #   LB_OUT       the results file (default tests/bench/loader_results.md)
 set -uo pipefail
@@ -39,7 +44,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 GALLEY=${GALLEY:-$ROOT/build/galley}
 LB_DIR=${LB_DIR:-/tmp/galley-loader-bench}
 LB_WORKERS=${LB_WORKERS:-2}
-LB_LAYOUTS=${LB_LAYOUTS:-cosmoflow deepcam deepcam16 unet unetc images}
+LB_LAYOUTS=${LB_LAYOUTS:-cosmoflow deepcam deepcam16 unet unetc images era5}
 LB_REPEAT=${LB_REPEAT:-2}
 LB_OUT=${LB_OUT:-$HERE/loader_results.md}
 
@@ -68,6 +73,7 @@ synth cosmo.h5 cosmo3d n=256 size=64
 synth deepcam climate2d n=64 size=256 channels=16 per_file=true
 synth nbody.h5 nbody3d n=8 size=128
 synth images.h5 shapes2d n=60000 size=28 channels=1
+synth era5 weather2d size=720 channels=20 steps=16 years=2 val_years=1
 if [[ ! -e nbody_contig.h5 ]]; then
     say "== writing nbody_contig.h5 (nbody.h5 as h5py writes it: contiguous)"
     "$PY" -c 'import h5py, os
@@ -174,12 +180,30 @@ train: {batch_size: 128, loss: softmax_cross_entropy}
 optimizer: {lr: 0.01}
 YAML
         ;;
+    era5) cat >"$y" <<'YAML'
+name: lb-era5
+data:
+  source: timeseries
+  timeseries:
+    train: era5/train
+    val: era5/val
+    lead: 1
+    mean: era5/stats/global_means.npy
+    std: era5/stats/global_stds.npy
+  loader: {cache: none}
+model:
+  layers:
+    - {type: conv, filters: 20, kernel: 1}
+train: {batch_size: 4, loss: mse}
+optimizer: {lr: 0.01}
+YAML
+        ;;
     esac
     printf '%s' "$y"
 }
-steps_of() { case $1 in cosmoflow) echo 32 ;; deepcam*) echo 8 ;; unet*) echo 8 ;; images) echo 60 ;; esac; }
-batch_of() { case $1 in images) echo 128 ;; *) echo 8 ;; esac; }
-files_of() { case $1 in cosmoflow) echo cosmo.h5 ;; deepcam*) echo "$1 stats.h5" ;; unet) echo nbody.h5 ;; unetc) echo nbody_contig.h5 ;; images) echo images.h5 ;; esac; }
+steps_of() { case $1 in cosmoflow) echo 32 ;; deepcam*) echo 8 ;; unet*) echo 8 ;; images) echo 60 ;; era5) echo 48 ;; esac; }
+batch_of() { case $1 in images) echo 128 ;; era5) echo 4 ;; *) echo 8 ;; esac; }
+files_of() { case $1 in cosmoflow) echo cosmo.h5 ;; deepcam*) echo "$1 stats.h5" ;; unet) echo nbody.h5 ;; unetc) echo nbody_contig.h5 ;; images) echo images.h5 ;; era5) echo era5/train ;; esac; }
 
 # --- runs -----------------------------------------------------------------------------------
 best() { sort -g | tail -1; }

@@ -24,6 +24,11 @@ Layouts (the files loader_bench.sh writes with `galley data synth`, same names):
              both read as h5py hyperslabs (SC22 tutorial); full = read (no transform)
   unetc      the same from nbody_contig.h5 (contiguous, as h5py writes by default)
   images     images.h5: x [n, 1, 28, 28] float32, y [n] labels; full: (x - 0.5) / 0.25
+  era5       era5/train/<year>.h5, each `fields` [T, C, H, W] float32 (the SC23-SC25 tutorial's
+             ERA5 layout): a sample is fields[t] and fields[t + 1] of one year, indexed and read
+             as the tutorial's ERA5Dataset does (utils/data_loader.py: year = i // T, t wrapped
+             to [1, T - 1), each year's file opened once per worker); full: (x - mean) / std per
+             channel from era5/stats/global_{means,stds}.npy ([1, C, 1, 1]) on input and target
 """
 
 import argparse
@@ -44,7 +49,16 @@ class H5Set(Dataset):
     def __init__(self, layout, root, mode, ops="numpy"):
         self.layout, self.root, self.mode, self.ops = layout, root, mode, ops
         self.f = None  # opened in each worker on first use
-        if layout.startswith("deepcam"):
+        if layout == "era5":
+            self.files = sorted(glob.glob(os.path.join(root, "era5", "train", "*.h5")))
+            self.years = [None] * len(self.files)
+            with h5py.File(self.files[0], "r") as f:
+                self.per_year = f["fields"].shape[0]
+            self.n = len(self.files) * self.per_year
+            self.mean = np.load(os.path.join(root, "era5", "stats", "global_means.npy"))[0].astype(np.float32)
+            self.std = np.load(os.path.join(root, "era5", "stats", "global_stds.npy"))[0].astype(np.float32)
+            self.tmean, self.tstd = torch.from_numpy(self.mean), torch.from_numpy(self.std)
+        elif layout.startswith("deepcam"):
             self.files = sorted(glob.glob(os.path.join(root, layout, "*.h5")))
             self.n = len(self.files)
             with h5py.File(os.path.join(root, "stats.h5"), "r") as s:
@@ -64,6 +78,14 @@ class H5Set(Dataset):
         return self.n
 
     def _read(self, i):
+        if self.layout == "era5":
+            y, t = i // self.per_year, i % self.per_year
+            t = t % (self.per_year - 1)
+            if t < 1:
+                t += 1
+            if self.years[y] is None:
+                self.years[y] = h5py.File(self.files[y], "r")["fields"]
+            return self.years[y][t], self.years[y][t + 1]
         if self.layout.startswith("deepcam"):
             with h5py.File(self.files[i], "r") as f:
                 return f["climate/data"][...], f["climate/labels_0"][...]
@@ -85,6 +107,14 @@ class H5Set(Dataset):
         x, y = self._read(i)
         if self.mode == "read":
             return torch.from_numpy(x), torch.from_numpy(np.asarray(y))
+        if self.layout == "era5":  # input and target normalised alike
+            if self.ops == "torch":
+                return (torch.from_numpy(x) - self.tmean) / self.tstd, (torch.from_numpy(y) - self.tmean) / self.tstd
+            x -= self.mean
+            x /= self.std
+            y -= self.mean
+            y /= self.std
+            return torch.as_tensor(x), torch.as_tensor(y)
         if self.ops == "torch":
             t = torch.from_numpy(x).float()
             if self.layout == "cosmoflow":
@@ -106,7 +136,7 @@ class H5Set(Dataset):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("layout", choices=["cosmoflow", "deepcam", "deepcam16", "unet", "unetc", "images"])
+    ap.add_argument("layout", choices=["cosmoflow", "deepcam", "deepcam16", "unet", "unetc", "images", "era5"])
     ap.add_argument("root")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)

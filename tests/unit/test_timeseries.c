@@ -49,13 +49,15 @@ static float value_at(int file, int64_t t, int64_t c, int64_t y, int64_t x) {
     return (float)(file * 1000 + t * 100) + (float)(c * 16 + y * 4) * 0.5f + (float)x * 0.0625f;
 }
 
-// dir/name with dataset ds [t, c, h, w] of value_at(file, ...).
-static void write_series(const char *name, const char *ds, int file, int64_t t, int64_t c, int64_t h, int64_t w) {
+// dir/name with dataset ds [t, c, h, w] of value_at(file, ...), but NaN at flat index nan_at (-1: none).
+static void write_series_nan(const char *name, const char *ds, int file, int64_t t, int64_t c, int64_t h, int64_t w,
+                             int64_t nan_at) {
     float *v = gl_xmalloc((size_t)(t * c * h * w) * sizeof(float));
     for (int64_t a = 0; a < t; a++)
         for (int64_t b = 0; b < c; b++)
             for (int64_t y = 0; y < h; y++)
                 for (int64_t x = 0; x < w; x++) v[((a * c + b) * h + y) * w + x] = value_at(file, a, b, y, x);
+    if (nan_at >= 0) v[nan_at] = NAN;
     char sub[256];
     snprintf(sub, sizeof sub, "%s", path_in(name));
     char *slash = strrchr(sub, '/');
@@ -67,6 +69,10 @@ static void write_series(const char *name, const char *ds, int file, int64_t t, 
     assert_int_equal(h5_write_array(f, ds, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, dims, v, 1, 0), 0);
     H5Fclose(f);
     free(v);
+}
+
+static void write_series(const char *name, const char *ds, int file, int64_t t, int64_t c, int64_t h, int64_t w) {
+    write_series_nan(name, ds, file, t, c, h, w, -1);
 }
 
 // A timeseries recipe over train (and val) with more data.timeseries keys (flow-mapping items).
@@ -354,6 +360,88 @@ static void test_stats_npy_and_hdf5(void **state) {
             float wy = (value_at(0, 2, ch, 1, 2) - (float)want_m[k][q]) * (float)(1.0 / want_s[k][q]);
             assert_float_equal(x[(q * H + 1) * W + 2], wx, 1e-4);
             assert_float_equal(y[(q * H + 1) * W + 2], wy, 1e-4);
+        }
+        tscursor_free(c);
+        tssrc_free(s);
+        recipe_free(&r);
+    }
+}
+
+// Channels [1, 2, 0] (a run of two read as one hyperslab, then one) cropped to [3, 5], each
+// normalised with its file channel's stats: every element the scalar expression (v - mean) * (1 /
+// std) in float, bit for bit, on input and target (15 elements a channel: the vector paths' tail).
+static void test_channel_runs_normalised_exactly(void **state) {
+    (void)state;
+    write_series("r/1979.h5", "fields", 0, 4, C, H, W);
+    const double mean[3] = {3.5, -20, 100}, sd[3] = {0.75, 3, 1.0 / 3};
+    write_npy(path_in("rm.npy"), 1, "<f8", "(1, 3, 1, 1)", mean, 3, 8);
+    write_npy(path_in("rs.npy"), 1, "<f8", "(1, 3, 1, 1)", sd, 3, 8);
+    char keys[1024];
+    snprintf(keys, sizeof keys, "lead: 1, channels: [1, 2, 0], size: [3, 5], mean: %s, std: %s", path_in("rm.npy"),
+             path_in("rs.npy"));
+    recipe_t r;
+    ts_recipe(&r, path_in("r"), keys);
+    tssrc *s = open_ok(&r);
+    tscursor *c = tscursor_new(s);
+    enum { N = 3 * 3 * 5 };
+    float x[N], y[N];
+    char msg[512];
+    const int64_t ch[3] = {1, 2, 0};
+    for (int64_t i = 0; i < 3; i++) {
+        if (tssrc_read(s, c, i, x, y, msg, sizeof msg)) fail_msg("%s", msg);
+        for (int q = 0; q < 3; q++) {
+            double sh, sc;
+            tssrc_norm(s, q, &sh, &sc);
+            assert_float_equal(sh, mean[ch[q]], 1e-6);
+            for (int64_t v = 0; v < 15; v++) {
+                float wx = (value_at(0, i, ch[q], v / 5, v % 5) - (float)sh) * (float)sc;
+                float wy = (value_at(0, i + 1, ch[q], v / 5, v % 5) - (float)sh) * (float)sc;
+                assert_memory_equal(&x[q * 15 + v], &wx, sizeof wx);
+                assert_memory_equal(&y[q * 15 + v], &wy, sizeof wy);
+            }
+        }
+    }
+    tscursor_free(c);
+    tssrc_free(s);
+    recipe_free(&r);
+}
+
+// A NaN in the file: the sample whose input or target step holds it fails, naming the file, the
+// step, input or target, the file's channel and the element within the channels read; normalised
+// (the check runs in place on the step as read) and not; the samples around it read.
+static void test_nonfinite_named(void **state) {
+    (void)state;
+    // NaN at t = 2, channel 2, row 1, column 3 of [5, 3, 4, 6]
+    write_series_nan("nf/1979.h5", "fields", 0, 5, C, H, W, ((2 * C + 2) * H + 1) * W + 3);
+    const double mean[3] = {1, 2, 3}, sd[3] = {1, 2, 4};
+    write_npy(path_in("nm.npy"), 1, "<f8", "(1, 3, 1, 1)", mean, 3, 8);
+    write_npy(path_in("ns.npy"), 1, "<f8", "(1, 3, 1, 1)", sd, 3, 8);
+    char keys[2][1024];
+    snprintf(keys[0], sizeof keys[0], "lead: 1, channels: [0, 2]");
+    snprintf(keys[1], sizeof keys[1], "lead: 1, channels: [0, 2], mean: %s, std: %s", path_in("nm.npy"),
+             path_in("ns.npy"));
+    for (int k = 0; k < 2; k++) {
+        recipe_t r;
+        ts_recipe(&r, path_in("nf"), keys[k]);
+        tssrc *s = open_ok(&r);
+        tscursor *c = tscursor_new(s);
+        float x[2 * H * W], y[2 * H * W];
+        char msg[512];
+        // samples 0..3: sample 1's target and sample 2's input are step 2
+        for (int64_t i = 0; i < 4; i++) {
+            int rc = tssrc_read(s, c, i, x, y, msg, sizeof msg);
+            if (i != 1 && i != 2) {
+                if (rc) fail_msg("sample %lld: %s", (long long)i, msg);
+                assert_false(tscursor_nonfinite(c));
+                continue;
+            }
+            assert_int_equal(rc, -1);
+            assert_true(tscursor_nonfinite(c));
+            char want[256];
+            snprintf(want, sizeof want,
+                     "'fields' time step 2 (sample %lld's %s) holds NaN or Inf at channel 2, element 9", (long long)i,
+                     i == 1 ? "target" : "input");
+            if (!strstr(msg, want) || !strstr(msg, "1979.h5")) fail_msg("message lacks '%s':\n%s", want, msg);
         }
         tscursor_free(c);
         tssrc_free(s);
@@ -664,6 +752,8 @@ int main(void) {
         cmocka_unit_test(test_npy_write_fails_whole),
         cmocka_unit_test(test_npy_refused),
         cmocka_unit_test(test_stats_npy_and_hdf5),
+        cmocka_unit_test(test_channel_runs_normalised_exactly),
+        cmocka_unit_test(test_nonfinite_named),
         cmocka_unit_test(test_stats_wrong_length),
         cmocka_unit_test(test_bad_input_named),
         cmocka_unit_test(test_recipe_checks),
