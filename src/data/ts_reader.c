@@ -398,18 +398,16 @@ void tscursor_free(tscursor *c) {
 
 bool tscursor_nonfinite(const tscursor *c) { return c->nonfinite; }
 
-// out [nch, h, w] = fields[t, ch, 0:h, 0:w] normalised. 0; -1: a read failed; -2: NaN or Inf at
-// channel *bad_c (as read), element *bad_v.
+// out [nch, h, w] = fields[t, ch, 0:h, 0:w] as stored (converted to float32). 0, or -1: a read failed.
 //
 // Each run of consecutive channels is one H5Dread of a [1, run, h, w] hyperslab into a memory
-// space of that same shape, then xf_sample normalises and checks the step in place (its vector
-// paths, chosen at run time). A flat [run h w] memory space, as before, sent HDF5 down its
+// space of that same shape. A flat [run h w] memory space, as before, sent HDF5 down its
 // element-by-element mapping (H5S_select_iterate, H5D__chunk_mem_cb: 80% of the time): the
 // tutorial's layout (20 x 360 x 720 float32, a chunk per field) read at 3.7-4.1 samples/s with 2
 // threads of a 2-core EPYC, against 35-37 for a PyTorch DataLoader with h5py and 2 workers
-// (tests/bench/loader_bench.sh, era5); same-shape spaces 121-125, and 163-171 with open_fields
-// (4.6x the DataLoader). Contiguous files 200 -> 244, gzip-4 chunks 23.5 -> 89.
-static int read_step(const tssrc *s, tscursor *c, int64_t t, float *out, int64_t *bad_c, int64_t *bad_v) {
+// (tests/bench/loader_bench.sh, era5); same-shape spaces 121-125, and 147-171 with open_fields
+// (4.8x the DataLoader). Contiguous files 200 -> 244, gzip-4 chunks 23.5 -> 89.
+static int read_raw(const tssrc *s, tscursor *c, int64_t t, float *out) {
     const int64_t area = s->h * s->w;
     hid_t fs = H5Dget_space(c->d);
     int rc = fs < 0 ? -1 : 0;
@@ -424,28 +422,47 @@ static int read_step(const tssrc *s, tscursor *c, int64_t t, float *out, int64_t
         if (ms >= 0) H5Sclose(ms);
     }
     if (fs >= 0) H5Sclose(fs);
-    if (rc) return rc;
+    return rc;
+}
+
+// out [nch, h, w] = fields[t, ch, 0:h, 0:w] normalised. 0; -1: a read failed; -2: NaN or Inf at
+// channel *bad_c (as read), element *bad_v. xf_sample normalises and checks the step in place
+// (its vector paths, chosen at run time); where it finds a NaN or Inf, the step is read again and
+// searched as stored, since normalising in place may have turned a finite value before it into
+// Inf (the vector paths would then name that one, the scalar path the stored NaN).
+static int read_step(const tssrc *s, tscursor *c, int64_t t, float *out, int64_t *bad_c, int64_t *bad_v) {
+    if (read_raw(s, c, t, out)) return -1;
+    const int64_t area = s->h * s->w;
     const xf_params p = {
         .dtype = XF_F32, .check = true, .c = s->nch, .vol = area, .shift = s->shift, .scale = s->scale};
     int64_t q = 0, v = 0;
     if (xf_sample(&p, out, out, &q, &v, NULL) == 0) return 0;
+    const xf_params stored = {.dtype = XF_F32, .check = true, .c = s->nch, .vol = area};
+    if (read_raw(s, c, t, out)) return -1;
+    xf_sample(&stored, out, out, &q, &v, NULL);
     *bad_c = s->ch[q], *bad_v = v;
     return -2;
 }
 
-// The dataset, without HDF5's chunk cache where its chunks are stored unfiltered: a step's
-// chunks are then read straight into the caller's buffer instead of through the cache and a copy
-// (the tutorial's layout, one 1 MB chunk per field: 121-125 -> 149-165 samples/s, 2 threads of a
-// 2-core EPYC). Compressed chunks keep the default cache, which can serve a chunk to several steps.
-static hid_t open_fields(hid_t f, const char *name) {
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT), dcpl = d >= 0 ? H5Dget_create_plist(d) : -1;
-    const bool plain = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_nfilters(dcpl) == 0;
+// The dataset, without HDF5's chunk cache where that is faster: uncompressed chunks as wide as
+// the grid, read whole-width (no column crop), so that each channel's rows in a chunk are one
+// contiguous piece in the file and in the sample. HDF5 then reads them straight into the caller's
+// buffer instead of through the cache and a copy: the tutorial's layout (one 1 MB chunk per
+// field) 121-125 -> 147-171 samples/s (2 threads, 2-core EPYC), chunks of 8 steps 3x faster.
+// Elsewhere the cache stays: without it every piece is its own pread (a review measured chunks of
+// [1, 1, 32, 32] 10x slower, h5py's default chunks for 20 x 360 x 720 4x, a column crop of whole
+// fields 7x), and compressed chunks can serve several steps from it.
+static hid_t open_fields(const tssrc *s, hid_t f) {
+    hid_t d = H5Dopen2(f, s->dataset, H5P_DEFAULT), dcpl = d >= 0 ? H5Dget_create_plist(d) : -1;
+    hsize_t chunk[4] = {0};
+    const bool direct = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_nfilters(dcpl) == 0 &&
+                        H5Pget_chunk(dcpl, 4, chunk) == 4 && chunk[3] == s->dims[3] && (hsize_t)s->w == s->dims[3];
     if (dcpl >= 0) H5Pclose(dcpl);
-    if (!plain) return d;
+    if (!direct) return d;
     hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
     H5Pset_chunk_cache(dapl, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
     H5Dclose(d);
-    d = H5Dopen2(f, name, dapl);
+    d = H5Dopen2(f, s->dataset, dapl);
     H5Pclose(dapl);
     return d;
 }
@@ -459,7 +476,7 @@ int tssrc_read(const tssrc *s, tscursor *c, int64_t i, float *x, float *y, char 
         cursor_close(c);
         H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
         c->f = h5_open_read(path);
-        c->d = c->f >= 0 ? open_fields(c->f, s->dataset) : -1;
+        c->d = c->f >= 0 ? open_fields(s, c->f) : -1;
         if (c->d < 0) {
             snprintf(msg, len, "%s: cannot open the file or its dataset '%s' (changed since the start?)", path,
                      s->dataset);

@@ -49,15 +49,17 @@ static float value_at(int file, int64_t t, int64_t c, int64_t y, int64_t x) {
     return (float)(file * 1000 + t * 100) + (float)(c * 16 + y * 4) * 0.5f + (float)x * 0.0625f;
 }
 
-// dir/name with dataset ds [t, c, h, w] of value_at(file, ...), but NaN at flat index nan_at (-1: none).
+// dir/name with dataset ds [t, c, h, w] of value_at(file, ...), but NaN at flat index nan_at and
+// 3e38 at big_at (-1: none).
 static void write_series_nan(const char *name, const char *ds, int file, int64_t t, int64_t c, int64_t h, int64_t w,
-                             int64_t nan_at) {
+                             int64_t nan_at, int64_t big_at) {
     float *v = gl_xmalloc((size_t)(t * c * h * w) * sizeof(float));
     for (int64_t a = 0; a < t; a++)
         for (int64_t b = 0; b < c; b++)
             for (int64_t y = 0; y < h; y++)
                 for (int64_t x = 0; x < w; x++) v[((a * c + b) * h + y) * w + x] = value_at(file, a, b, y, x);
     if (nan_at >= 0) v[nan_at] = NAN;
+    if (big_at >= 0) v[big_at] = 3e38f;
     char sub[256];
     snprintf(sub, sizeof sub, "%s", path_in(name));
     char *slash = strrchr(sub, '/');
@@ -72,7 +74,7 @@ static void write_series_nan(const char *name, const char *ds, int file, int64_t
 }
 
 static void write_series(const char *name, const char *ds, int file, int64_t t, int64_t c, int64_t h, int64_t w) {
-    write_series_nan(name, ds, file, t, c, h, w, -1);
+    write_series_nan(name, ds, file, t, c, h, w, -1, -1);
 }
 
 // A timeseries recipe over train (and val) with more data.timeseries keys (flow-mapping items).
@@ -412,7 +414,7 @@ static void test_channel_runs_normalised_exactly(void **state) {
 static void test_nonfinite_named(void **state) {
     (void)state;
     // NaN at t = 2, channel 2, row 1, column 3 of [5, 3, 4, 6]
-    write_series_nan("nf/1979.h5", "fields", 0, 5, C, H, W, ((2 * C + 2) * H + 1) * W + 3);
+    write_series_nan("nf/1979.h5", "fields", 0, 5, C, H, W, ((2 * C + 2) * H + 1) * W + 3, -1);
     const double mean[3] = {1, 2, 3}, sd[3] = {1, 2, 4};
     write_npy(path_in("nm.npy"), 1, "<f8", "(1, 3, 1, 1)", mean, 3, 8);
     write_npy(path_in("ns.npy"), 1, "<f8", "(1, 3, 1, 1)", sd, 3, 8);
@@ -447,6 +449,30 @@ static void test_nonfinite_named(void **state) {
         tssrc_free(s);
         recipe_free(&r);
     }
+}
+
+// A finite value that normalising overflows to Inf (3e38 / 0.1) before the stored NaN: the NaN
+// is named (channel 2, element 0), on every instruction set (the in-place vector pass would name
+// the overflowed element, channel 0, element 5, were the step not searched again as stored).
+static void test_nonfinite_after_overflow(void **state) {
+    (void)state;
+    write_series_nan("ov/1979.h5", "fields", 0, 3, C, H, W, (1 * C + 2) * H * W, (1 * C + 0) * H * W + 5);
+    const double mean[3] = {0, 0, 0}, sd[3] = {0.1, 0.1, 0.1};
+    write_npy(path_in("om.npy"), 1, "<f8", "(3,)", mean, 3, 8);
+    write_npy(path_in("os.npy"), 1, "<f8", "(3,)", sd, 3, 8);
+    char keys[1024];
+    snprintf(keys, sizeof keys, "lead: 1, mean: %s, std: %s", path_in("om.npy"), path_in("os.npy"));
+    recipe_t r;
+    ts_recipe(&r, path_in("ov"), keys);
+    tssrc *s = open_ok(&r);
+    tscursor *c = tscursor_new(s);
+    float x[C * H * W], y[C * H * W];
+    char msg[512];
+    assert_int_equal(tssrc_read(s, c, 1, x, y, msg, sizeof msg), -1);  // step 1 is sample 1's input
+    if (!strstr(msg, "holds NaN or Inf at channel 2, element 0")) fail_msg("wrong element named:\n%s", msg);
+    tscursor_free(c);
+    tssrc_free(s);
+    recipe_free(&r);
 }
 
 // Stats whose length is neither the channels read nor the file's: exit 2 naming the key, the
@@ -754,6 +780,7 @@ int main(void) {
         cmocka_unit_test(test_stats_npy_and_hdf5),
         cmocka_unit_test(test_channel_runs_normalised_exactly),
         cmocka_unit_test(test_nonfinite_named),
+        cmocka_unit_test(test_nonfinite_after_overflow),
         cmocka_unit_test(test_stats_wrong_length),
         cmocka_unit_test(test_bad_input_named),
         cmocka_unit_test(test_recipe_checks),
