@@ -207,11 +207,17 @@ files_of() { case $1 in cosmoflow) echo cosmo.h5 ;; deepcam*) echo "$1 stats.h5"
 
 # --- runs -----------------------------------------------------------------------------------
 best() { sort -g | tail -1; }
-galley_rate() { # RECIPE W STEPS MODE: samples/s of that row, best of LB_REPEAT
+galley_rates() { # RECIPE W STEPS: "read full synthetic" samples/s, each the best of LB_REPEAT runs
+    # (one `galley data bench` runs all three modes)
     for _ in $(seq "$LB_REPEAT"); do
-        "$GALLEY" data bench "$1" data.loader.threads="$2" steps="$3" 2>/dev/null |
-            awk -v m="$4" '$1 == m { print $2 }'
-    done | best
+        "$GALLEY" data bench "$1" data.loader.threads="$2" steps="$3" 2>/dev/null
+    done | awk '$1 == "read" || $1 == "full" || $1 == "synthetic" {
+            if (!($1 in b) || $2 + 0 > b[$1] + 0) b[$1] = $2
+        }
+        END {
+            n = split("read full synthetic", m, " ")
+            for (i = 1; i <= n; i++) printf "%s%s", (m[i] in b) ? b[m[i]] : "-", i < n ? " " : "\n"
+        }'
 }
 peer_rate() { # LAYOUT W BATCH STEPS MODE [OPS]
     for _ in $(seq "$LB_REPEAT"); do
@@ -247,7 +253,7 @@ for l in $LB_LAYOUTS; do
     cat $(find $(files_of "$l") -type f) >/dev/null  # into the page cache
     for w in $LB_WORKERS; do
         say "== $l, $w workers"
-        gr=$(galley_rate "$y" "$w" "$st" read) gf=$(galley_rate "$y" "$w" "$st" full) gs=$(galley_rate "$y" "$w" "$st" synthetic)
+        read -r gr gf gs <<<"$(galley_rates "$y" "$w" "$st")"
         pr=$(peer_rate "$l" "$w" "$b" "$st" read) pf=$(peer_rate "$l" "$w" "$b" "$st" full)
         pt=$(peer_rate "$l" "$w" "$b" "$st" full torch)
         ps=$(peer_rate "$l" "$w" "$b" "$st" synthetic)
