@@ -76,7 +76,7 @@ static int write_year(const h5_synth_params *p, const weather2d_params *w, int s
     year_ctx y = {.c = w->channels, .area = w->h * w->w, .sum = sum, .sum2 = sum2};
     y.fs = H5Screate_simple(4, dims, NULL);
     // the memory space has the time step's own shape: a flat one sends HDF5 element by element
-    // (ts_reader.c's read_step says what that cost)
+    // (ts_reader.c's read_raw says what that cost)
     y.ms = H5Screate_simple(4, mdims, NULL);
     y.d = H5Dcreate2(f, "fields", H5T_IEEE_F32LE, y.fs, H5P_DEFAULT, pl, H5P_DEFAULT);
     y.failed = y.d < 0;
