@@ -6,7 +6,9 @@
 //   /                          attributes: format, format_version, galley_version, step, epoch,
 //                              next_batch, samples, skipped, world_size, parts, threads, seed,
 //                              recipe_hash, optimizer, optimizer_steps, created, train_seconds,
-//                              best, best_step, best_loss, best_loss_step, epochs_run;
+//                              best, best_step, best_loss, best_loss_step, epochs_run,
+//                              evaluated (0: the evaluation due at this step had not run; absent
+//                              in older files, read as 1);
 //                              with train.precision fp16 also loss_scale, loss_scale_good,
 //                              loss_scale_skipped (absent: a fresh scale on resume)
 //   /recipe                    the resolved recipe (YAML text; `galley train` can run it)
@@ -44,6 +46,10 @@ typedef struct {
     double best, best_loss;
     int64_t best_step, best_loss_step;
     int epochs_run;
+    // Whether best and best_loss include the evaluation of this step's weights. A checkpoint is
+    // written before the step's evaluation, and a stop at a step due for one skips it: the run
+    // that resumes from a checkpoint with false evaluates first (run_loop).
+    bool evaluated;
     // fp16's dynamic loss scale (optim.h): written when scaler.on; read back with
     // scaler_saved set when the file has it (older files and other precisions do not).
     gl_loss_scale scaler;

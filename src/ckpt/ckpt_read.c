@@ -142,8 +142,15 @@ int ckpt_read(const char *path, const recipe_t *r, gl_graph *g, gl_optim *o, gl_
     int64_t good = 0, skipped = 0;
     bool scaler = rc == 0 && H5Aexists(f, "loss_scale") > 0 && ck_get_f64(f, "loss_scale", &scale) == 0 &&
                   ck_get_i64(f, "loss_scale_good", &good) == 0 && ck_get_i64(f, "loss_scale_skipped", &skipped) == 0;
+    // Optional (older checkpoints have none): those runs were never evaluated again on resume.
+    int64_t evaluated = 1;
+    if (rc == 0 && H5Aexists(f, "evaluated") > 0 && ck_get_i64(f, "evaluated", &evaluated)) {
+        snprintf(err, errlen, "%s: the attribute 'evaluated' is unreadable: corrupt", path);
+        rc = -1;
+    }
     H5Fclose(f);
     if (rc) return rc;
+    st->evaluated = evaluated != 0;
     st->scaler_saved = scaler;
     st->scaler.on = scaler, st->scaler.scale = scaler ? scale : 1.0, st->scaler.good = good;
     st->scaler.skipped = skipped;

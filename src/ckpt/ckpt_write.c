@@ -52,6 +52,7 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
     rc |= ck_attr_f64(root, "best_loss", st->best_loss);
     rc |= ck_attr_i64(root, "best_loss_step", st->best_loss_step);
     rc |= ck_attr_i64(root, "epochs_run", st->epochs_run);
+    rc |= ck_attr_i64(root, "evaluated", st->evaluated);
     rc |= ck_attr_str(root, "optimizer", ck_optim_name(o->type));
     rc |= ck_attr_i64(root, "optimizer_steps", o->steps);
     rc |= ck_attr_i64(root, "parameters", g->nparams);

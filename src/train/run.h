@@ -74,6 +74,7 @@ typedef struct {
 
     // The loop (run_loop.c).
     int64_t step, epoch, skipped, seen, seen_total, best_step, samples_base;
+    int64_t eval_step;  // the step of the newest evaluation the run's records hold (-1: none)
     double seconds_base;
     double ph[PHASE_COUNT];
     double t_start, t_mark, t_now, data_mark, t_ckpt;

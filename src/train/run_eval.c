@@ -61,8 +61,11 @@ static void report_step(gl_run *u, double te, double te2) {
     double train_s = elapsed - (te2 - te), data_s = u->ph[PHASE_DATA] - u->data_mark;
     char rate[32];
     format_rate((double)u->seen / (elapsed > 0 ? elapsed : 1e-9), rate, sizeof rate);
-    fprintf(u->out, "%s  %s | val %s | lr %.4g | data %.1f%% | %s samples/s  %.2f s\n", line, tl, vl,
-            lr_at(&u->lr, step - 1), train_s > 0 ? 100.0 * data_s / train_s : 0.0, rate, elapsed);
+    if (u->seen == 0)  // no training since the last evaluation (a resumed run's missed one, run_loop.c)
+        fprintf(u->out, "%s  val %s  %.2f s\n", line, vl, te2 - te);
+    else
+        fprintf(u->out, "%s  %s | val %s | lr %.4g | data %.1f%% | %s samples/s  %.2f s\n", line, tl, vl,
+                lr_at(&u->lr, step - 1), train_s > 0 ? 100.0 * data_s / train_s : 0.0, rate, elapsed);
     u->data_mark = u->ph[PHASE_DATA];
     fflush(u->out);
     res->epochs_run = (int)epoch;
@@ -100,6 +103,7 @@ int run_evaluate(gl_run *u) {
     if (u->opts->evaluate) {
         report_eval(u, te2 - te);
     } else {
+        u->eval_step = u->step;
         report_step(u, te, te2);
         run_mllog_eval(u, te, te2);
     }

@@ -18,6 +18,7 @@ void run_ckpt_fill(gl_run *u, int64_t epoch) {
     ck->step = u->step, ck->epoch = epoch, ck->samples = u->samples_base + u->seen_total, ck->skipped = u->skipped;
     ck->best = res->best, ck->best_step = u->best_step, ck->best_loss = res->best_loss;
     ck->best_loss_step = res->best_loss_step, ck->epochs_run = res->epochs_run;
+    ck->evaluated = u->eval_step == u->step;
     ck->train_seconds = u->seconds_base + (now_s() - u->t_start);
     ck->scaler = u->c.ls;
 }

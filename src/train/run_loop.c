@@ -13,6 +13,7 @@ void run_start(gl_run *u) {
     const gl_ckpt_state *ck = &u->ck;
     train_result *res = u->res;
     u->step = ck->step, u->skipped = ck->skipped, u->seen = 0, u->seen_total = 0, u->best_step = ck->best_step;
+    u->eval_step = ck->evaluated ? ck->step : -1;
     u->samples_base = ck->samples;
     u->seconds_base = ck->train_seconds;
     u->epoch = u->step / u->steps_per_epoch + 1;
@@ -88,7 +89,9 @@ static int save(gl_run *u, int64_t epoch, double *secs) {
 static int save_last(gl_run *u) {
     const char *stopped_by = u->stopped_by;
     int64_t step = u->step;
-    if (!stopped_by && !(u->r->checkpoint.at_end && step > u->ck.step)) return GL_EXIT_OK;
+    // checkpoint.at_end: a run that trained, or that only took the evaluation its checkpoint lacked.
+    bool news = step > u->ck.step || (u->eval_step == step && !u->ck.evaluated);
+    if (!stopped_by && !(u->r->checkpoint.at_end && news)) return GL_EXIT_OK;
     double secs;
     if (save(u, step > 0 ? (step - 1) / u->steps_per_epoch + 1 : 1, &secs)) return GL_EXIT_RUNTIME;
     if (!stopped_by) return GL_EXIT_OK;
@@ -100,8 +103,31 @@ static int save_last(gl_run *u) {
     return GL_EXIT_STOPPED;
 }
 
+// Whether the loop evaluates after step: every train.eval_every steps, else at each epoch's end.
+static int eval_due(const gl_run *u, int64_t step) {
+    int64_t every = u->r->train.eval_every > 0 ? u->r->train.eval_every : u->steps_per_epoch;
+    return step % every == 0;
+}
+
+// The evaluation a resumed checkpoint lacks: the run that wrote it stopped (a signal,
+// train.time_limit, a hang, a crash) after a step due for one and before it ran, the last step's
+// included. It runs first, so the records hold it as the uninterrupted run's do.
+static int evaluate_missed(gl_run *u, bool *done) {
+    *done = false;
+    if (u->step == 0 || u->eval_step == u->step || !(eval_due(u, u->step) || u->step >= u->total_steps))
+        return GL_EXIT_OK;
+    fprintf(u->out, "evaluating step %lld first: the run that wrote the checkpoint stopped before its evaluation\n",
+            (long long)u->step);
+    *done = true;
+    return run_evaluate(u);
+}
+
 int run_loop(gl_run *u) {
     const recipe_t *r = u->r;
+    bool missed;
+    int code = evaluate_missed(u, &missed);
+    if (code != GL_EXIT_OK) return code;
+    if (u->res->target_reached == 1 && missed) return save_last(u);  // reached at that evaluation
     if (u->res->target_reached == 1) {
         char tw[128];
         fprintf(u->out, "nothing to train: the checkpoint's run reached its target (%s: %s %.4f at step %lld)\n",
@@ -109,17 +135,16 @@ int run_loop(gl_run *u) {
                 (long long)u->best_step);
         return save_last(u);
     }
-    if (u->step >= u->total_steps)
+    if (u->step >= u->total_steps && !missed)
         fprintf(u->out, "nothing to train: the checkpoint is at step %lld and the run has %lld steps; raise "
                         "train.steps or train.epochs to go on\n", (long long)u->step, (long long)u->total_steps);
     while (u->step < u->total_steps) {
         mllog_epoch(&u->ml, now_s(), u->step / u->steps_per_epoch + 1, true);
-        int code = run_step(u);
-        if (code != GL_EXIT_OK) return code;
+        if ((code = run_step(u)) != GL_EXIT_OK) return code;
         if (u->opts->between_steps) u->opts->between_steps(u->opts->between_arg);  // galley sweep's coordinator
         int epoch_end = u->step % u->steps_per_epoch == 0;
         if (epoch_end) mllog_epoch(&u->ml, u->t_now, u->epoch, false);
-        int due = r->train.eval_every > 0 ? u->step % r->train.eval_every == 0 : epoch_end;
+        int due = eval_due(u, u->step);
         int last = u->step >= u->total_steps;
         if (u->c.flags[FLAG_SIGNAL] > 0) u->stopped_by = "a signal";
         else if (u->c.flags[FLAG_TIME] > 0) u->stopped_by = "train.time_limit";

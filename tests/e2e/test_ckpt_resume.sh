@@ -4,6 +4,8 @@
 #     AdamW CNN with batch norm and dropout), on one process and on 2 ranks;
 #   - SIGTERM, SIGUSR1 and SIGINT mid-run: exit 4 with a checkpoint; `--resume auto` then ends
 #     bitwise equal to the uninterrupted run; train.time_limit stops the same way;
+#   - a stop after a step due for evaluation (the last step included, 1 and 2 ranks): the resumed
+#     run evaluates that step first, with the uninterrupted run's numbers, and says so;
 #   - checkpoint.keep prunes; `galley ckpt inspect` lists the layout and verifies checksums;
 #   - a truncated or bit-flipped checkpoint is refused naming the damage (the whole-file seal;
 #     the tensors' own checksums in a checkpoint from before it), and `--resume auto`
@@ -147,6 +149,68 @@ info "train.time_limit stops with a checkpoint and exit 4"
 assert_exit 4 "$GALLEY" train "$MLP" "${long[@]}" train.steps=3000000 train.time_limit=1.5 checkpoint.dir=tl
 assert_contains "$OUT" "stopped by train.time_limit at step"
 ls tl/quickstart-step*.h5 >/dev/null 2>&1 || fail "time limit: no checkpoint written"
+
+# ---- an evaluation the stop left out ---------------------------------------------------------
+# A checkpoint is written before its step's evaluation, and a stop after a step due for one skips
+# it: the resumed run evaluates that step first (a sweep's trial stopped at its last step kept the
+# evaluation before it as its result). train.time_limit below any step's cost stops at step 1.
+info "a stop before a due evaluation: the resumed run evaluates that step first, as the whole run did"
+# val_at FILE STEP: the eval record of STEP in metrics.jsonl FILE (loss and metrics).
+val_at() { grep "^{\"kind\":\"eval\",\"step\":$2," "$1" | sed -E 's/.*("loss":[^}]*\}).*/\1/'; }
+ev=(train.steps=40 train.eval_every=10 train.target=null log.every=10 train.threads=1 checkpoint.keep=10)
+assert_exit 0 "$GALLEY" train "$MLP" "${ev[@]}" checkpoint.dir=ew checkpoint.every_steps=20 --run-dir ew-run
+[[ $(grep -c '"kind":"eval"' ew-run/metrics.jsonl) == 4 ]] || fail "the whole run: not 4 evaluations"
+assert_exit 0 "$GALLEY" train "$MLP" "${ev[@]}" checkpoint.dir=er --resume ew/quickstart-step00000020.h5 --run-dir er-run
+assert_contains "$OUT" "evaluating step 20 first: the run that wrote the checkpoint stopped before its evaluation"
+for k in 20 30 40; do
+    [[ -n $(val_at er-run/metrics.jsonl $k) && $(val_at er-run/metrics.jsonl $k) == "$(val_at ew-run/metrics.jsonl $k)" ]] ||
+        fail "step $k: the resumed run's evaluation '$(val_at er-run/metrics.jsonl $k)' is not the whole run's '$(val_at ew-run/metrics.jsonl $k)'"
+done
+bitwise ew/quickstart-step00000040.h5 er/quickstart-step00000040.h5
+# A checkpoint from before the attribute 'evaluated' (unsealed, the attribute deleted): resumed as
+# those were, without the evaluation; the attribute unreadable: refused as corrupt.
+mkdir -p eo
+tail -c +513 ew/quickstart-step00000020.h5 >eo/old.h5
+cp eo/old.h5 eo/bad.h5
+"$PY" - eo/old.h5 eo/bad.h5 <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    assert f.attrs["evaluated"] == 0
+    del f.attrs["evaluated"]
+with h5py.File(sys.argv[2], "r+") as f:
+    f.attrs["evaluated"] = "yes"
+EOF
+assert_exit 0 "$GALLEY" train "$MLP" "${ev[@]}" checkpoint.dir=eo --resume eo/old.h5 --run-dir eo-run
+assert_not_contains "$OUT" "evaluating step"
+[[ -z $(val_at eo-run/metrics.jsonl 20) ]] || fail "a checkpoint without 'evaluated' was evaluated on resume"
+bitwise ew/quickstart-step00000040.h5 eo/quickstart-step00000040.h5
+assert_exit 1 "$GALLEY" train "$MLP" "${ev[@]}" checkpoint.dir=eb --resume eo/bad.h5
+assert_contains "$ERR" "eo/bad.h5: the attribute 'evaluated' is unreadable: corrupt"
+# The last step: stopped after it, the run had no final evaluation, and its resume trained nothing.
+one=(train.steps=1 train.eval_every=1 train.target=null train.threads=1)
+assert_exit 0 "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir=l1 --run-dir l1-whole
+launchers=("")
+command -v mpirun >/dev/null 2>&1 && launchers+=("mpirun --allow-run-as-root --oversubscribe -np 2")
+for launch in "${launchers[@]}"; do
+    dir=l-${launch:+mpi}
+    # shellcheck disable=SC2086  # the launcher's words
+    assert_exit 4 $launch "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir="$dir" train.time_limit=0.001 --run-dir "$dir-a"
+    assert_contains "$OUT" "stopped by train.time_limit at step 1"
+    [[ -z $(val_at "$dir-a/metrics.jsonl" 1) ]] || fail "$dir: the stopped run evaluated step 1"
+    # shellcheck disable=SC2086
+    assert_exit 0 $launch "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir="$dir" --resume auto --run-dir "$dir-b"
+    assert_contains "$OUT" "evaluating step 1 first"
+    assert_not_contains "$OUT" "nothing to train"
+    [[ -n $(val_at "$dir-b/metrics.jsonl" 1) && $(val_at "$dir-b/metrics.jsonl" 1) == "$(val_at l1-whole/metrics.jsonl 1)" ]] ||
+        fail "$dir: step 1 evaluated on resume as '$(val_at "$dir-b/metrics.jsonl" 1)', the whole run's '$(val_at l1-whole/metrics.jsonl 1)'"
+    # The checkpoint, written again with its evaluation: a second resume has nothing to do.
+    assert_exit 0 "$GALLEY" ckpt inspect "$dir/quickstart-step00000001.h5"
+    assert_contains "$OUT" "evaluated        1"
+    # shellcheck disable=SC2086
+    assert_exit 0 $launch "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir="$dir" --resume auto --run-dir "$dir-c"
+    assert_contains "$OUT" "nothing to train: the checkpoint is at step 1"
+    assert_not_contains "$OUT" "evaluating step"
+done
 
 # ---- damaged checkpoints ---------------------------------------------------------------------
 info "truncated and bit-flipped checkpoints are refused; --resume auto falls back"
