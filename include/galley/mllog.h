@@ -5,7 +5,8 @@
 // the run's order: mllog_start (init, keys, run_start), per epoch
 // mllog_epoch(.., true) / mllog_epoch(.., false), per evaluation mllog_eval, then
 // mllog_run_stop and mllog_close. A resumed run continues the same file: mllog_open drops a
-// run_stop at its end and the header, init and run_start are not written again.
+// run_stop at its end (and the epoch it closed, for a resume inside that epoch), and the header,
+// init and run_start are not written again.
 #ifndef GALLEY_MLLOG_H
 #define GALLEY_MLLOG_H
 #include <stdbool.h>
@@ -26,8 +27,9 @@ typedef struct {
 
 // The file log.mlperf names (RUN_DIR/mlperf.log for `true`; run_dir "" then is an error), opened
 // for writing now so that a bad path stops the run before training. resume: continue the file if
-// it holds a run_start. 0, or -1 with the reason in why.
-int mllog_open(gl_mllog *m, const char *path, bool resume, char *why, size_t len);
+// it holds a run_start; open_epoch > 0: the resumed run starts inside that epoch (its checkpoint
+// is not at an epoch's end), which continues open. 0, or -1 with the reason in why.
+int mllog_open(gl_mllog *m, const char *path, bool resume, int64_t open_epoch, char *why, size_t len);
 void mllog_close(gl_mllog *m);
 // The resolved path of log.mlperf ("" when off): a file name, or run_dir/mlperf.log for `true`.
 const char *mllog_path(const recipe_t *r, const char *run_dir, char *buf, size_t len);

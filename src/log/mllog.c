@@ -29,14 +29,20 @@ static double wall_now(void) {
 }
 
 // A resume: drops the run_stop lines (the resumed run writes its own, so the run reads as one) and learns
-// run_start's time. Returns the open file, or NULL (errno) when it cannot be rewritten.
-static FILE *continue_file(gl_mllog *m, const char *path) {
+// run_start's time. open_epoch > 0: the resumed run starts inside that epoch, which only the stop's
+// run_stop closed (the loop closes an epoch at its last step): the epoch_stop and block_stop at
+// the end go too, and the epoch stays open. Returns the open file, or NULL (errno) when it cannot
+// be rewritten.
+static FILE *continue_file(gl_mllog *m, const char *path, int64_t open_epoch) {
     FILE *in = fopen(path, "r");
     if (!in) return fopen(path, "w");
     char line[4096];
-    long keep = 0;
+    long keep = 0, closers = -1;  // closers: where the epoch_stop and block_stop at the end begin
     while (fgets(line, sizeof line, in)) {
         if (strstr(line, "\"key\": \"run_stop\"")) continue;  // the resumed run writes its own
+        bool closer = strstr(line, "\"key\": \"epoch_stop\"") || strstr(line, "\"key\": \"block_stop\"");
+        if (!closer) closers = -1;
+        else if (closers < 0) closers = keep;
         keep = ftell(in);
         const char *ts = strstr(line, "\"time_ms\": ");
         if (strstr(line, "\"key\": \"run_start\"") && ts) {
@@ -46,17 +52,21 @@ static FILE *continue_file(gl_mllog *m, const char *path) {
     }
     fclose(in);
     if (!m->continued) return fopen(path, "w");
+    if (open_epoch > 0) {
+        if (closers >= 0) keep = closers;
+        m->in_epoch = true, m->epoch = open_epoch;
+    }
     if (truncate(path, keep) != 0) return NULL;
     return fopen(path, "a");
 }
 
-int mllog_open(gl_mllog *m, const char *path, bool resume, char *why, size_t len) {
+int mllog_open(gl_mllog *m, const char *path, bool resume, int64_t open_epoch, char *why, size_t len) {
     memset(m, 0, sizeof *m);
     m->t_run_start = NAN;
     m->t_target = NAN;
     m->wall_off = wall_now() - runlog_now();
     if (!path || !path[0]) return 0;
-    m->f = resume ? continue_file(m, path) : fopen(path, "w");
+    m->f = resume ? continue_file(m, path, open_epoch) : fopen(path, "w");
     if (!m->f) {
         snprintf(why, len, "cannot write the MLPerf log %s: %s", path, strerror(errno));
         return -1;

@@ -89,9 +89,11 @@ static int save(gl_run *u, int64_t epoch, double *secs) {
 static int save_last(gl_run *u) {
     const char *stopped_by = u->stopped_by;
     int64_t step = u->step;
-    // checkpoint.at_end: a run that trained, or that only took the evaluation its checkpoint lacked.
-    bool news = step > u->ck.step || (u->eval_step == step && !u->ck.evaluated);
-    if (!stopped_by && !(u->r->checkpoint.at_end && news)) return GL_EXIT_OK;
+    bool trained = step > u->ck.step;
+    // A run that only took the evaluation its checkpoint lacked writes that checkpoint again with
+    // it (no new file, whatever checkpoint.at_end says): the next resume has nothing left to do.
+    bool completed = !trained && u->eval_step == step && !u->ck.evaluated;
+    if (!stopped_by && !completed && !(u->r->checkpoint.at_end && trained)) return GL_EXIT_OK;
     double secs;
     if (save(u, step > 0 ? (step - 1) / u->steps_per_epoch + 1 : 1, &secs)) return GL_EXIT_RUNTIME;
     if (!stopped_by) return GL_EXIT_OK;
@@ -119,6 +121,7 @@ static int evaluate_missed(gl_run *u, bool *done) {
     fprintf(u->out, "evaluating step %lld first: the run that wrote the checkpoint stopped before its evaluation\n",
             (long long)u->step);
     *done = true;
+    u->epoch = (u->step - 1) / u->steps_per_epoch + 1;  // the step's epoch, as the loop evaluates it (not the next)
     return run_evaluate(u);
 }
 

@@ -55,7 +55,10 @@ int run_mllog_open(gl_run *u, bool in_run_dir) {
             ok = 0;
         } else if (is_true == in_run_dir) {
             if (is_true && u->resume_path[0] && !u->opts->run_dir) carry_previous(u->lg.dir, path);
-            if (mllog_open(&u->ml, path, u->resume_path[0] != 0, why, sizeof why) != 0) {
+            // A checkpoint inside an epoch: the resumed run goes on in the epoch the stop's run_stop closed.
+            int64_t step = u->ck.step, spe = u->steps_per_epoch;
+            int64_t open_epoch = step > 0 && spe > 0 && step % spe != 0 ? step / spe + 1 : 0;
+            if (mllog_open(&u->ml, path, u->resume_path[0] != 0, open_epoch, why, sizeof why) != 0) {
                 fprintf(u->err, "%s: %s\n  hint: give log.mlperf a file in a directory you can write\n", where, why);
                 ok = 0;
             }

@@ -4,8 +4,10 @@
 #     AdamW CNN with batch norm and dropout), on one process and on 2 ranks;
 #   - SIGTERM, SIGUSR1 and SIGINT mid-run: exit 4 with a checkpoint; `--resume auto` then ends
 #     bitwise equal to the uninterrupted run; train.time_limit stops the same way;
-#   - a stop after a step due for evaluation (the last step included, 1 and 2 ranks): the resumed
-#     run evaluates that step first, with the uninterrupted run's numbers, and says so;
+#   - a stop after a step due for evaluation (the last step, 1 and 2 ranks; an epoch's end; inside
+#     an epoch): the resumed run evaluates that step first and says so; its eval records (epochs
+#     included) and MLPerf log events are the uninterrupted run's; the checkpoint is written again
+#     with the evaluation (also with checkpoint.at_end false); older checkpoints resume as before;
 #   - checkpoint.keep prunes; `galley ckpt inspect` lists the layout and verifies checksums;
 #   - a truncated or bit-flipped checkpoint is refused naming the damage (the whole-file seal;
 #     the tensors' own checksums in a checkpoint from before it), and `--resume auto`
@@ -155,8 +157,8 @@ ls tl/quickstart-step*.h5 >/dev/null 2>&1 || fail "time limit: no checkpoint wri
 # it: the resumed run evaluates that step first (a sweep's trial stopped at its last step kept the
 # evaluation before it as its result). train.time_limit below any step's cost stops at step 1.
 info "a stop before a due evaluation: the resumed run evaluates that step first, as the whole run did"
-# val_at FILE STEP: the eval record of STEP in metrics.jsonl FILE (loss and metrics).
-val_at() { grep "^{\"kind\":\"eval\",\"step\":$2," "$1" | sed -E 's/.*("loss":[^}]*\}).*/\1/'; }
+# val_at FILE STEP: the eval record of STEP in metrics.jsonl FILE (epoch, loss and metrics).
+val_at() { grep "^{\"kind\":\"eval\",\"step\":$2," "$1" | sed -E 's/.*"epoch":([0-9]+),.*("loss":[^}]*\}).*/epoch \1 \2/'; }
 ev=(train.steps=40 train.eval_every=10 train.target=null log.every=10 train.threads=1 checkpoint.keep=10)
 assert_exit 0 "$GALLEY" train "$MLP" "${ev[@]}" checkpoint.dir=ew checkpoint.every_steps=20 --run-dir ew-run
 [[ $(grep -c '"kind":"eval"' ew-run/metrics.jsonl) == 4 ]] || fail "the whole run: not 4 evaluations"
@@ -210,6 +212,33 @@ for launch in "${launchers[@]}"; do
     assert_exit 0 $launch "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir="$dir" --resume auto --run-dir "$dir-c"
     assert_contains "$OUT" "nothing to train: the checkpoint is at step 1"
     assert_not_contains "$OUT" "evaluating step"
+done
+# checkpoint.at_end: false: the checkpoint is still written again with its evaluation (no new file).
+assert_exit 4 "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir=lf checkpoint.at_end=false train.time_limit=0.001
+assert_exit 0 "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir=lf checkpoint.at_end=false --resume auto
+assert_contains "$OUT" "evaluating step 1 first"
+assert_exit 0 "$GALLEY" train "$MLP" "${one[@]}" checkpoint.dir=lf checkpoint.at_end=false --resume auto
+assert_not_contains "$OUT" "evaluating step"
+[[ $(ls lf) == "quickstart-step00000001.h5" ]] || fail "at_end false: $(ls lf)"
+# At an epoch's end (evaluations by epoch), and inside an epoch (every step): the eval records,
+# with their epochs, and the MLPerf log's events are the uninterrupted run's.
+mlkeys() { grep -oE '"key": "[a-z_]+"|"epoch_num": [0-9]+' "$1" | paste -sd' '; }
+for size in 32 64; do
+    ep=(data.synthetic.train_size=$size data.synthetic.val_size=64 train.epochs=2 train.target=null train.threads=1)
+    [[ $size == 64 ]] && ep+=(train.eval_every=1)
+    assert_exit 0 "$GALLEY" train "$MLP" "${ep[@]}" checkpoint.dir=e$size-w --run-dir e$size-w log.mlperf=e$size-w.log
+    assert_exit 4 "$GALLEY" train "$MLP" "${ep[@]}" checkpoint.dir=e$size-s --run-dir e$size-a log.mlperf=e$size-s.log \
+        train.time_limit=0.001
+    assert_exit 0 "$GALLEY" train "$MLP" "${ep[@]}" checkpoint.dir=e$size-s --run-dir e$size-b log.mlperf=e$size-s.log \
+        --resume auto
+    assert_contains "$OUT" "evaluating step 1 first"
+    assert_contains "$OUT" "done: $((size / 16)) steps, 2 epochs"
+    for k in $(seq $((size / 16))); do
+        [[ -n $(val_at e$size-b/metrics.jsonl $k) && $(val_at e$size-b/metrics.jsonl $k) == "$(val_at e$size-w/metrics.jsonl $k)" ]] ||
+            fail "train_size $size, step $k: resumed '$(val_at e$size-b/metrics.jsonl $k)', whole '$(val_at e$size-w/metrics.jsonl $k)'"
+    done
+    [[ $(mlkeys e$size-s.log) == "$(mlkeys e$size-w.log)" ]] ||
+        fail "train_size $size: the resumed MLPerf log's events differ:"$'\n'"$(mlkeys e$size-s.log)"$'\n'"$(mlkeys e$size-w.log)"
 done
 
 # ---- damaged checkpoints ---------------------------------------------------------------------
