@@ -1,7 +1,8 @@
 // run_loop.c: the loop. Step (run_step.c), record the progress, checkpoint every N steps or
 // minutes, evaluate each epoch or every eval_every steps (run_eval.c), until the last step, the
-// target, or a stop (a signal or train.time_limit: a checkpoint, exit 4). Every rank takes the
-// same decisions at the same step: train_step sums the stop and checkpoint flags over ranks.
+// target, or a stop (a signal or train.time_limit: a checkpoint, exit 4). A resumed run first
+// takes the evaluation its checkpoint lacked (evaluate_missed). Every rank takes the same
+// decisions at the same step: train_step sums the stop and checkpoint flags over ranks.
 #include <signal.h>
 
 #include "galley/check.h"
