@@ -224,7 +224,7 @@ assert_not_contains "$OUT" "evaluating step"
 # with their epochs, and the MLPerf log's events are the uninterrupted run's.
 mlkeys() { grep -oE '"key": "[a-z_]+"|"epoch_num": [0-9]+' "$1" | paste -sd' '; }
 for size in 32 64; do
-    ep=(data.synthetic.train_size=$size data.synthetic.val_size=64 train.epochs=2 train.target=null train.threads=1)
+    ep=("data.synthetic.train_size=$size" data.synthetic.val_size=64 train.epochs=2 train.target=null train.threads=1)
     [[ $size == 64 ]] && ep+=(train.eval_every=1)
     assert_exit 0 "$GALLEY" train "$MLP" "${ep[@]}" checkpoint.dir=e$size-w --run-dir e$size-w log.mlperf=e$size-w.log
     assert_exit 4 "$GALLEY" train "$MLP" "${ep[@]}" checkpoint.dir=e$size-s --run-dir e$size-a log.mlperf=e$size-s.log \
@@ -234,8 +234,8 @@ for size in 32 64; do
     assert_contains "$OUT" "evaluating step 1 first"
     assert_contains "$OUT" "done: $((size / 16)) steps, 2 epochs"
     for k in $(seq $((size / 16))); do
-        [[ -n $(val_at e$size-b/metrics.jsonl $k) && $(val_at e$size-b/metrics.jsonl $k) == "$(val_at e$size-w/metrics.jsonl $k)" ]] ||
-            fail "train_size $size, step $k: resumed '$(val_at e$size-b/metrics.jsonl $k)', whole '$(val_at e$size-w/metrics.jsonl $k)'"
+        got=$(val_at "e$size-b/metrics.jsonl" "$k") want=$(val_at "e$size-w/metrics.jsonl" "$k")
+        [[ -n $got && $got == "$want" ]] || fail "train_size $size, step $k: resumed '$got', whole '$want'"
     done
     [[ $(mlkeys e$size-s.log) == "$(mlkeys e$size-w.log)" ]] ||
         fail "train_size $size: the resumed MLPerf log's events differ:"$'\n'"$(mlkeys e$size-s.log)"$'\n'"$(mlkeys e$size-w.log)"
