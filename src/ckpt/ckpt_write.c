@@ -22,8 +22,8 @@
 #endif
 
 
-static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st) {
-    char path[512];
+// The root's attributes: what the file is, the run's position and records (ckpt.h's layout).
+static int write_attrs(hid_t f, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st) {
     hid_t root = H5Gopen2(f, "/", H5P_DEFAULT);
     char hash[32], when[64];
     snprintf(hash, sizeof hash, "%016llx", (unsigned long long)recipe_hash(r));
@@ -62,9 +62,11 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
         rc |= ck_attr_i64(root, "loss_scale_skipped", st->scaler.skipped);
     }
     H5Gclose(root);
-    if (rc) return -1;
+    return rc ? -1 : 0;
+}
 
-    // The resolved recipe, as text.
+// /recipe: the resolved recipe, as text.
+static int write_recipe(hid_t f, const recipe_t *r) {
     char *text = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&text, &len);
@@ -75,13 +77,17 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
     H5Tset_size(t, len + 1);
     hid_t sp = H5Screate(H5S_SCALAR);
     hid_t ds = H5Dcreate2(f, "recipe", t, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    rc = ds >= 0 && H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0 ? 0 : -1;
+    int rc = ds >= 0 && H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0 ? 0 : -1;
     if (ds >= 0) H5Dclose(ds);
     H5Sclose(sp);
     H5Tclose(t);
     free(text);
-    if (rc) return -1;
+    return rc;
+}
 
+// Every parameter, its optimizer buffers and the layers' state.
+static int write_tensors(hid_t f, const gl_graph *g, const gl_optim *o) {
+    char path[512];
     const char *bn[3];
     float *bb[3];
     int nb = ck_optim_buffers(o, bn, bb);
@@ -103,6 +109,11 @@ static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_opt
         }
     }
     return 0;
+}
+
+static int write_all(hid_t f, const recipe_t *r, const gl_graph *g, const gl_optim *o, const gl_ckpt_state *st) {
+    if (write_attrs(f, r, g, o, st) || write_recipe(f, r)) return -1;
+    return write_tensors(f, g, o);
 }
 
 static int fsync_path(const char *path, int dir) {
